@@ -1,0 +1,1 @@
+"""The model families: RNN encoder-decoder, Transformer encoder-decoder, decoder-only LM."""

@@ -1,0 +1,76 @@
+"""The small protocol every model family speaks, so decoding and training are written once.
+
+    memory = model.encode(src, src_mask)                       # once per source
+    logits, state, attn = model.decode_step(tokens, memory, state)   # state=None at start
+    logits = model(src, src_mask, tgt_in)                      # teacher forcing
+
+``decode_step`` consumes t >= 1 new target tokens (B, t): one at a time when
+decoding, several at once to prefill a prompt or forced prefix. It returns logits
+(B, t, V), the new state, and, when ``need_attention=True``, the attention of the
+new tokens over the source as one 5-D shape for every family:
+(B, L, H, t, S) = (batch, layer, head, new tokens, source). RNN decoders return
+L = H = 1. A decoder-only model has no source; it returns its self-attention over
+the S keys seen so far instead.
+
+A decoder state supports ``reorder(index)`` (keep batch rows ``index``, as beam
+search needs) and knows its ``position`` (target tokens consumed so far).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from torch import Tensor
+
+
+def _map(fn, value):
+    """Apply fn to every tensor in a nest of tuples/lists (None passes through)."""
+    if value is None:
+        return None
+    if isinstance(value, (tuple, list)):
+        return type(value)(_map(fn, v) for v in value)
+    return fn(value)
+
+
+@dataclass
+class Memory:
+    """What an encoder hands to its decoder.
+
+    Attributes:
+        states: (B, S, D) encoder outputs, or None for a decoder-only model.
+        mask: (B, S) boolean, True at real source tokens, or None.
+        final: encoder summary used to initialise an RNN decoder (a tensor or a
+            tuple of tensors with batch on dim 1, as torch's RNNs lay out hidden
+            states), or None.
+    """
+
+    states: Tensor | None = None
+    mask: Tensor | None = None
+    final: Any = None
+
+    def index_select(self, index: Tensor) -> Memory:
+        """Rows ``index`` of the batch (repeat a source per beam, drop finished rows)."""
+        return Memory(
+            states=_map(lambda t: t.index_select(0, index), self.states),
+            mask=_map(lambda t: t.index_select(0, index), self.mask),
+            final=_map(lambda t: t.index_select(1, index), self.final),
+        )
+
+
+@runtime_checkable
+class DecoderState(Protocol):
+    position: int
+
+    def reorder(self, index: Tensor) -> None: ...
+
+
+@runtime_checkable
+class SequenceModel(Protocol):
+    def encode(self, src: Tensor | None, src_mask: Tensor | None) -> Memory: ...
+
+    def decode_step(
+        self, tokens: Tensor, memory: Memory, state: Any = None, *, need_attention: bool = False
+    ) -> tuple[Tensor, Any, Tensor | None]: ...
+
+    def forward(self, src: Tensor | None, src_mask: Tensor | None, tgt: Tensor) -> Tensor: ...

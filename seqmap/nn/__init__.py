@@ -1,0 +1,1 @@
+"""Primitives: attention functions, positional encodings and the layers built from them."""

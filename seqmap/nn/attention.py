@@ -1,0 +1,144 @@
+"""Scaled dot-product attention as a pure function, and the masks it consumes.
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(Dh) + bias) V
+
+Masks follow the package convention: boolean, True = may attend. A query whose
+row is all False gets zero weights and a zero output (never NaN).
+
+Two paths compute the same thing:
+- the explicit path (matmul, softmax, matmul) is the readable reference and the
+  only one that returns the weights;
+- the fast path calls ``torch.nn.functional.scaled_dot_product_attention``
+  (fused kernels, no T x S weight matrix kept for backward when it can avoid it).
+``tests/nn/test_attention.py`` checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def causal_mask(t: int, s: int | None = None, device: torch.device | None = None) -> Tensor:
+    """(T, S) boolean mask, True where query i may attend key j.
+
+    Queries are aligned to the *end* of the keys: with a cache of S - T earlier
+    keys, query i sits at absolute position S - T + i and may attend keys
+    0 .. S - T + i. With S == T this is the usual lower-triangular mask.
+    """
+    s = t if s is None else s
+    q_pos = torch.arange(s - t, s, device=device)
+    k_pos = torch.arange(s, device=device)
+    return k_pos[None, :] <= q_pos[:, None]
+
+
+def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
+    """(B, S) boolean mask from lengths, True at real tokens."""
+    max_len = int(lengths.max()) if max_len is None else max_len
+    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def key_mask(mask: Tensor) -> Tensor:
+    """(B, S) padding mask -> (B, 1, 1, S), broadcastable over heads and queries."""
+    return mask[:, None, None, :]
+
+
+def _combined_mask(mask: Tensor | None, causal: bool, t: int, s: int, device) -> Tensor | None:
+    if causal and t > 1:
+        c = causal_mask(t, s, device=device)
+        mask = c if mask is None else mask & c
+    return mask
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    bias: Tensor | None = None,
+    *,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """Attend queries to keys and mix values.
+
+    Args:
+        q: (B, H, T, Dh) queries.
+        k: (B, Hkv, S, Dh) keys; Hkv divides H (grouped-query attention shares
+           each key/value head among H // Hkv query heads).
+        v: (B, Hkv, S, Dv) values.
+        mask: boolean, broadcastable to (B, H, T, S), True = may attend.
+        bias: float, broadcastable to (B, H, T, S), added to the scaled scores
+           (ALiBi, relative position biases).
+        causal: also forbid keys after each query (queries aligned to the end of
+           the keys, see ``causal_mask``).
+        dropout_p: dropout on the weights (pass 0.0 at evaluation).
+        need_weights: return the (B, H, T, S) weights; forces the explicit path.
+        scale: score scale, default 1 / sqrt(Dh).
+
+    Returns:
+        (output (B, H, T, Dv), weights (B, H, T, S) or None). Returned weights are
+        taken before dropout.
+    """
+    t, s = q.size(-2), k.size(-2)
+    scale = q.size(-1) ** -0.5 if scale is None else scale
+    if need_weights:
+        return _explicit(q, k, v, _combined_mask(mask, causal, t, s, q.device), bias, dropout_p, scale)
+    return _fused(q, k, v, mask, bias, causal, dropout_p, scale), None
+
+
+def _repeat_kv(x: Tensor, groups: int) -> Tensor:
+    """(B, Hkv, S, Dh) -> (B, Hkv * groups, S, Dh): each key/value head serves `groups` query heads."""
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
+def _explicit(q, k, v, mask, bias, dropout_p, scale):
+    groups = q.size(1) // k.size(1)
+    k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, T, S)
+    if bias is not None:
+        scores = scores + bias
+    if mask is not None:
+        # A row with no allowed key would be softmax([-inf, ...]) = NaN. Let such
+        # rows see every key (finite softmax, finite gradients), then zero them.
+        has_key = mask.any(dim=-1, keepdim=True)
+        scores = scores.masked_fill(~(mask | ~has_key), float("-inf"))
+        weights = torch.softmax(scores, dim=-1) * has_key
+    else:
+        weights = torch.softmax(scores, dim=-1)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    return torch.matmul(dropped, v), weights
+
+
+def _fused(q, k, v, mask, bias, causal, dropout_p, scale):
+    t, s = q.size(-2), k.size(-2)
+    # PyTorch's is_causal aligns queries to the *start* of the keys; use it only
+    # where that coincides with our end-aligned causality (T == S, no other mask).
+    is_causal = causal and t == s and t > 1 and mask is None and bias is None
+    mask = None if is_causal else _combined_mask(mask, causal, t, s, q.device)
+    has_key = None
+    if mask is not None:
+        has_key = mask.any(dim=-1, keepdim=True)
+        mask = mask | ~has_key  # see _explicit: fully masked rows are zeroed below
+        if bias is not None:
+            attn_mask = bias.masked_fill(~mask, float("-inf"))
+        else:
+            attn_mask = mask
+    else:
+        attn_mask = bias
+    if attn_mask is not None and attn_mask.dtype != torch.bool:
+        attn_mask = attn_mask.to(q.dtype)
+    out = F.scaled_dot_product_attention(
+        q, k, v,
+        attn_mask=attn_mask,
+        dropout_p=dropout_p,
+        is_causal=is_causal,
+        scale=scale,
+        enable_gqa=q.size(1) != k.size(1),
+    )
+    if has_key is not None:
+        out = out * has_key.to(out.dtype)
+    return out

@@ -1,0 +1,171 @@
+"""Multi-head attention (self and cross), grouped-query option, and the key/value cache.
+
+The module owns only parameters and the head split/merge; the maths is
+``seqmap.nn.attention.scaled_dot_product_attention``. Self-attention projects
+queries, keys and values with one matrix product; cross-attention projects the
+queries from the decoder and the keys/values from the encoder memory, once per
+source (see ``project_memory``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqmap.nn.attention import scaled_dot_product_attention
+from seqmap.nn.positional import PositionalEncoding
+
+
+class KVCache:
+    """Keys and values seen so far by one self-attention layer, for incremental decoding.
+
+    Storage is preallocated and grows by doubling, so appending one step writes
+    in place instead of concatenating the whole history. ``reorder`` selects batch
+    rows (beam search) in place of the stored tensors.
+    """
+
+    def __init__(self) -> None:
+        self.k: Tensor | None = None  # (B, Hkv, capacity, Dh)
+        self.v: Tensor | None = None
+        self.length = 0
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add (B, Hkv, t, Dh) new keys/values; return views of all (B, Hkv, length, Dh)."""
+        new_len = self.length + k.size(2)
+        if self.k is None or new_len > self.k.size(2):
+            capacity = max(new_len, 2 * (0 if self.k is None else self.k.size(2)), 16)
+            grown_k = k.new_empty(k.size(0), k.size(1), capacity, k.size(3))
+            grown_v = v.new_empty(v.size(0), v.size(1), capacity, v.size(3))
+            if self.k is not None:
+                grown_k[:, :, : self.length] = self.k[:, :, : self.length]
+                grown_v[:, :, : self.length] = self.v[:, :, : self.length]
+            self.k, self.v = grown_k, grown_v
+        self.k[:, :, self.length : new_len] = k
+        self.v[:, :, self.length : new_len] = v
+        self.length = new_len
+        return self.k[:, :, :new_len], self.v[:, :, :new_len]
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (B',), e.g. the surviving beams."""
+        if self.k is not None:
+            self.k = self.k.index_select(0, index)
+            self.v = self.v.index_select(0, index)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention, Vaswani et al. (2017), with optional grouped-query heads.
+
+    Args:
+        d_model: width D of queries (and of keys/values unless ``kv_dim`` is given).
+        n_heads: query heads H.
+        n_kv_heads: key/value heads Hkv (H: multi-head; 1: multi-query; a divisor
+            of H: grouped-query). Default H.
+        dropout: dropout on the attention weights.
+        bias: whether the projections have biases.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
+                 dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.head_dim = d_model // n_heads
+        self.kv_width = n_kv_heads * self.head_dim
+        self.dropout = dropout
+        # rows [0, D) project queries, then keys, then values (as nn.MultiheadAttention's in_proj)
+        self.in_proj = nn.Linear(d_model, d_model + 2 * self.kv_width, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    # -- head split / merge ------------------------------------------------
+    def _split(self, x: Tensor, heads: int) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, heads, self.head_dim).transpose(1, 2)  # (B, h, T, Dh)
+
+    def _merge(self, x: Tensor) -> Tensor:
+        b, _, t, _ = x.shape
+        return x.transpose(1, 2).reshape(b, t, self.d_model)  # (B, T, D)
+
+    def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values (B, Hkv, S, Dh) of an encoder memory (B, S, D) for cross-attention.
+
+        Computed once per source; decoding steps reuse them.
+        """
+        w = self.in_proj.weight[self.d_model:]
+        b = None if self.in_proj.bias is None else self.in_proj.bias[self.d_model:]
+        k, v = F.linear(memory, w, b).split(self.kv_width, dim=-1)
+        return self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
+
+    # -- the two uses ----------------------------------------------------------
+    def self_attention(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        causal: bool = False,
+        positional: PositionalEncoding | None = None,
+        offset: int = 0,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """x (B, T, D) attends to itself (and to the cached past when ``cache`` is given).
+
+        Args:
+            mask: boolean, broadcastable to (B, H, T, S) with S the number of keys
+                (cached + new); True = may attend. Usually a (B, 1, 1, S) padding mask.
+            causal: forbid attending to later positions.
+            positional: scheme supplying rotations / biases (``seqmap.nn.positional``).
+            offset: absolute position of x's first token (the cache length when decoding).
+            cache: if given, new keys/values are appended and all are attended to.
+        Returns:
+            (output (B, T, D), weights (B, H, T, S) or None).
+        """
+        q, k, v = self.in_proj(x).split((self.d_model, self.kv_width, self.kv_width), dim=-1)
+        q, k, v = self._split(q, self.n_heads), self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
+        bias = value_positional = None
+        if positional is not None:
+            q_pos = torch.arange(offset, offset + x.size(1), device=x.device)
+            q, k = positional.rotate(q, q_pos), positional.rotate(k, q_pos)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        if positional is not None:
+            k_pos = torch.arange(k.size(2), device=x.device)
+            bias = positional.score_bias(q, q_pos, k_pos)
+            value_positional = positional if positional.needs_weights else None
+        out, weights = scaled_dot_product_attention(
+            q, k, v, mask, bias,
+            causal=causal,
+            dropout_p=self.dropout if self.training else 0.0,
+            need_weights=need_weights or value_positional is not None,
+        )
+        if value_positional is not None:
+            out = out + value_positional.value_term(weights, q_pos, k_pos)
+        return self.out_proj(self._merge(out)), weights
+
+    def cross_attention(
+        self,
+        x: Tensor,
+        memory_kv: tuple[Tensor, Tensor],
+        mask: Tensor | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """x (B, T, D) attends to encoder keys/values from ``project_memory``.
+
+        mask: (B, 1, 1, S) source padding mask, True at real tokens.
+        Returns (output (B, T, D), weights (B, H, T, S) or None).
+        """
+        w = self.in_proj.weight[: self.d_model]
+        b = None if self.in_proj.bias is None else self.in_proj.bias[: self.d_model]
+        q = self._split(F.linear(x, w, b), self.n_heads)
+        k, v = memory_kv
+        out, weights = scaled_dot_product_attention(
+            q, k, v, mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            need_weights=need_weights,
+        )
+        return self.out_proj(self._merge(out)), weights
