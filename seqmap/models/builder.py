@@ -1,0 +1,110 @@
+"""One builder: a typed ``ModelConfig`` in, a ready model out.
+
+This is the only place that looks at ``cfg.family``; everything downstream
+(training, decoding) speaks the protocol in ``seqmap.models.protocol``.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from seqmap.config import ConfigError, ModelConfig
+from seqmap.nn.layers import DecoderLayer, EncoderLayer, FeedForward, TokenEmbedding, make_norm
+from seqmap.nn.multihead import MultiHeadAttention
+from seqmap.nn.positional import build_positional
+from seqmap.models.lm import DecoderOnlyLM
+from seqmap.models.transformer import Transformer, TransformerDecoder, TransformerEncoder
+
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    """Build the model family named by ``cfg.family`` (transformer, lm or rnn)."""
+    if cfg.tgt_vocab <= 0:
+        raise ConfigError("model.tgt_vocab must be set (> 0): the size of the target vocabulary")
+    if cfg.family != "lm" and cfg.src_vocab <= 0:
+        raise ConfigError("model.src_vocab must be set (> 0): the size of the source vocabulary")
+    if cfg.family == "transformer":
+        return build_transformer(cfg)
+    if cfg.family == "lm":
+        return build_lm(cfg)
+    from seqmap.models.rnn import build_rnn
+
+    return build_rnn(cfg)
+
+
+def _attention(cfg: ModelConfig) -> MultiHeadAttention:
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, dropout=cfg.attention_dropout)
+
+
+def _ff(cfg: ModelConfig) -> FeedForward:
+    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout)
+
+
+def _norm(cfg: ModelConfig) -> nn.Module:
+    return make_norm(cfg.norm, cfg.d_model)
+
+
+def _final_norm(cfg: ModelConfig) -> nn.Module:
+    """Pre-LN stacks end with a norm (the residual stream is never normalised otherwise)."""
+    return _norm(cfg) if cfg.norm_position == "pre" else nn.Identity()
+
+
+def _encoder_layer(cfg: ModelConfig, causal: bool) -> EncoderLayer:
+    return EncoderLayer(_attention(cfg), _ff(cfg), _norm(cfg), _norm(cfg), cfg.dropout,
+                        pre_norm=cfg.norm_position == "pre", causal=causal)
+
+
+def _decoder_layer(cfg: ModelConfig) -> DecoderLayer:
+    return DecoderLayer(_attention(cfg), _attention(cfg), _ff(cfg), _norm(cfg), _norm(cfg), _norm(cfg),
+                        cfg.dropout, pre_norm=cfg.norm_position == "pre")
+
+
+def _positional(cfg: ModelConfig, causal: bool):
+    return build_positional(cfg.positional, d_model=cfg.d_model, n_heads=cfg.n_heads, max_len=cfg.max_len,
+                            causal=causal, relative_clip=cfg.relative_clip, relative_values=cfg.relative_values)
+
+
+def _output(cfg: ModelConfig, embedding: TokenEmbedding) -> nn.Linear:
+    output = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=False)
+    if cfg.tie_embeddings:
+        output.weight = embedding.table.weight
+    return output
+
+
+def _init_linears(model: nn.Module) -> None:
+    """Xavier-uniform weights and zero biases for every Linear (embeddings keep their own init)."""
+    embedding_weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            if id(module.weight) not in embedding_weights:  # a tied output layer keeps the embedding's init
+                nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+
+def build_transformer(cfg: ModelConfig) -> Transformer:
+    if cfg.share_vocab and cfg.src_vocab != cfg.tgt_vocab:
+        raise ConfigError(f"model.share_vocab=true needs src_vocab == tgt_vocab (got {cfg.src_vocab} and "
+                          f"{cfg.tgt_vocab}); use a joint vocabulary or set model.share_vocab=false")
+    tgt_embedding = TokenEmbedding(cfg.tgt_vocab, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
+    src_embedding = (tgt_embedding if cfg.share_vocab
+                     else TokenEmbedding(cfg.src_vocab, cfg.d_model, cfg.pad_id, cfg.scale_embeddings))
+    encoder = TransformerEncoder(
+        src_embedding, _positional(cfg, causal=False),
+        [_encoder_layer(cfg, causal=False) for _ in range(cfg.enc_layers)], _final_norm(cfg), cfg.dropout)
+    decoder = TransformerDecoder(
+        tgt_embedding, _positional(cfg, causal=True),
+        [_decoder_layer(cfg) for _ in range(cfg.dec_layers)], _final_norm(cfg),
+        _output(cfg, tgt_embedding), cfg.dropout)
+    model = Transformer(encoder, decoder)
+    _init_linears(model)
+    return model
+
+
+def build_lm(cfg: ModelConfig) -> DecoderOnlyLM:
+    embedding = TokenEmbedding(cfg.tgt_vocab, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
+    model = DecoderOnlyLM(
+        embedding, _positional(cfg, causal=True),
+        [_encoder_layer(cfg, causal=True) for _ in range(cfg.dec_layers)], _final_norm(cfg),
+        _output(cfg, embedding), cfg.dropout)
+    _init_linears(model)
+    return model

@@ -1,0 +1,71 @@
+"""The decoder-only language model (GPT-style), speaking the model protocol.
+
+A stack of causal self-attention layers (``EncoderLayer(causal=True)``: a decoder
+without cross-attention). There is no source: ``encode`` returns an empty memory,
+and a prompt is fed through ``decode_step`` (several tokens at once prefill the
+cache).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from seqmap.nn.layers import EncoderLayer, TokenEmbedding
+from seqmap.nn.multihead import KVCache
+from seqmap.nn.positional import PositionalEncoding
+from seqmap.models.protocol import Memory
+
+
+@dataclass
+class LMState:
+    """A self-attention cache per layer and the number of tokens consumed."""
+
+    caches: list[KVCache]
+    position: int = 0
+
+    def reorder(self, index: Tensor) -> None:
+        for cache in self.caches:
+            cache.reorder(index)
+
+
+class DecoderOnlyLM(nn.Module):
+    """Embedding + positions, N causal layers, final norm, output projection."""
+
+    def __init__(self, embedding: TokenEmbedding, positional: PositionalEncoding, layers: list[EncoderLayer],
+                 final_norm: nn.Module, output: nn.Linear, dropout: float = 0.0):
+        super().__init__()
+        self.embedding, self.positional = embedding, positional
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = final_norm
+        self.output = output
+        self.dropout = nn.Dropout(dropout)
+
+    def encode(self, src: Tensor | None = None, src_mask: Tensor | None = None) -> Memory:
+        return Memory()
+
+    def _run(self, tokens: Tensor, state: LMState | None, need_attention: bool) -> tuple[Tensor, Tensor | None]:
+        offset = 0 if state is None else state.position
+        x = self.dropout(self.positional.embed(self.embedding(tokens), offset))  # (B, t, D)
+        weights = []
+        for i, layer in enumerate(self.layers):
+            cache = None if state is None else state.caches[i]
+            x, w = layer(x, positional=self.positional, offset=offset, cache=cache, need_weights=need_attention)
+            weights.append(w)
+        if state is not None:
+            state.position += tokens.size(1)
+        attention = torch.stack(weights, dim=1) if need_attention else None  # (B, L, H, t, S)
+        return self.output(self.final_norm(x)), attention
+
+    def decode_step(self, tokens: Tensor, memory: Memory, state: LMState | None = None, *,
+                    need_attention: bool = False) -> tuple[Tensor, LMState, Tensor | None]:
+        state = LMState(caches=[KVCache() for _ in self.layers]) if state is None else state
+        logits, attention = self._run(tokens, state, need_attention)
+        return logits, state, attention
+
+    def forward(self, src: Tensor | None, src_mask: Tensor | None, tgt: Tensor) -> Tensor:
+        """Teacher forcing over tgt (B, T) -> next-token logits (B, T, V). ``src`` is ignored."""
+        logits, _ = self._run(tgt, None, False)
+        return logits

@@ -1,0 +1,132 @@
+"""The Transformer encoder-decoder (Vaswani et al. 2017), speaking the model protocol.
+
+    src (B, S) -> TransformerEncoder -> memory (B, S, D)
+    tgt (B, T) + memory -> TransformerDecoder -> logits (B, T, V)
+
+Stacks receive ready parts (embedding, positional scheme, layers, final norm,
+output projection); ``seqmap.models.builder`` wires them from a config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from seqmap.nn.attention import key_mask
+from seqmap.nn.layers import DecoderLayer, EncoderLayer, TokenEmbedding
+from seqmap.nn.multihead import KVCache
+from seqmap.nn.positional import PositionalEncoding
+from seqmap.models.protocol import Memory
+
+
+class TransformerEncoder(nn.Module):
+    """Embedding + positions, N non-causal layers, final norm (pre-LN) or identity (post-LN)."""
+
+    def __init__(self, embedding: TokenEmbedding, positional: PositionalEncoding, layers: list[EncoderLayer],
+                 final_norm: nn.Module, dropout: float = 0.0):
+        super().__init__()
+        self.embedding, self.positional = embedding, positional
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = final_norm
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, src: Tensor, src_mask: Tensor | None, need_weights: bool = False
+                ) -> tuple[Tensor, list[Tensor | None]]:
+        """src (B, S), src_mask (B, S) True at real tokens -> (states (B, S, D), per-layer self-attention)."""
+        x = self.dropout(self.positional.embed(self.embedding(src)))
+        mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
+        weights = []
+        for layer in self.layers:
+            x, w = layer(x, mask, positional=self.positional, need_weights=need_weights)
+            weights.append(w)
+        return self.final_norm(x), weights
+
+
+@dataclass
+class TransformerState:
+    """Decoder state: a self-attention cache per layer, cross keys/values per layer."""
+
+    caches: list[KVCache]
+    memory_kv: list[tuple[Tensor, Tensor]]
+    memory_mask: Tensor | None  # (B, 1, 1, S)
+    position: int = 0
+
+    def reorder(self, index: Tensor) -> None:
+        for cache in self.caches:
+            cache.reorder(index)
+        self.memory_kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory_kv]
+        if self.memory_mask is not None:
+            self.memory_mask = self.memory_mask.index_select(0, index)
+
+
+class TransformerDecoder(nn.Module):
+    """Embedding + positions, N decoder layers, final norm, output projection to the vocabulary."""
+
+    def __init__(self, embedding: TokenEmbedding, positional: PositionalEncoding, layers: list[DecoderLayer],
+                 final_norm: nn.Module, output: nn.Linear, dropout: float = 0.0):
+        super().__init__()
+        self.embedding, self.positional = embedding, positional
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = final_norm
+        self.output = output
+        self.dropout = nn.Dropout(dropout)
+
+    def init_state(self, memory: Memory) -> TransformerState:
+        """Project the memory to cross-attention keys/values once; start empty caches."""
+        return TransformerState(
+            caches=[KVCache() for _ in self.layers],
+            memory_kv=[layer.cross_attn.project_memory(memory.states) for layer in self.layers],
+            memory_mask=None if memory.mask is None else key_mask(memory.mask),
+        )
+
+    def forward(self, tokens: Tensor, memory: Memory, state: TransformerState | None = None,
+                need_attention: bool = False) -> tuple[Tensor, Tensor | None]:
+        """tokens (B, t) -> (logits (B, t, V), cross-attention (B, L, H, t, S) or None).
+
+        Without a state (teacher forcing) the whole target is attended causally
+        and nothing is cached; with a state, the new tokens extend its caches.
+        """
+        offset = 0 if state is None else state.position
+        x = self.dropout(self.positional.embed(self.embedding(tokens), offset))
+        if state is None:
+            memory_mask = None if memory.mask is None else key_mask(memory.mask)
+        else:
+            memory_mask = state.memory_mask
+        weights = []
+        for i, layer in enumerate(self.layers):
+            if state is None:
+                memory_kv, cache = layer.cross_attn.project_memory(memory.states), None
+            else:
+                memory_kv, cache = state.memory_kv[i], state.caches[i]
+            x, w = layer(x, memory_kv, memory_mask, positional=self.positional, offset=offset, cache=cache,
+                         need_weights=need_attention)
+            weights.append(w)
+        if state is not None:
+            state.position += tokens.size(1)
+        attention = torch.stack(weights, dim=1) if need_attention else None
+        return self.output(self.final_norm(x)), attention
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer implementing ``encode`` / ``decode_step`` / ``forward``."""
+
+    def __init__(self, encoder: TransformerEncoder, decoder: TransformerDecoder):
+        super().__init__()
+        self.encoder, self.decoder = encoder, decoder
+
+    def encode(self, src: Tensor, src_mask: Tensor | None) -> Memory:
+        states, _ = self.encoder(src, src_mask)
+        return Memory(states=states, mask=src_mask)
+
+    def decode_step(self, tokens: Tensor, memory: Memory, state: TransformerState | None = None, *,
+                    need_attention: bool = False) -> tuple[Tensor, TransformerState, Tensor | None]:
+        state = self.decoder.init_state(memory) if state is None else state
+        logits, attention = self.decoder(tokens, memory, state, need_attention)
+        return logits, state, attention
+
+    def forward(self, src: Tensor, src_mask: Tensor | None, tgt: Tensor) -> Tensor:
+        """Teacher forcing: tgt (B, T) are the decoder inputs (BOS + target[:-1]) -> logits (B, T, V)."""
+        logits, _ = self.decoder(tgt, self.encode(src, src_mask))
+        return logits

@@ -1,0 +1,142 @@
+"""Transformer building blocks: embeddings, feed-forward, norms, encoder and decoder layers.
+
+A layer shows its residual stream: each sublayer is one read (``self._in``) and
+one write (``self._out``), and pre- or post-LayerNorm is the single switch
+``pre_norm`` in ``_Residual``:
+
+    pre-LN  (Xiong et al. 2020):  x = x + Dropout(f(Norm(x)))
+    post-LN (Vaswani et al. 2017): x = Norm(x + Dropout(f(x)))
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqmap.nn.multihead import KVCache, MultiHeadAttention
+from seqmap.nn.positional import PositionalEncoding
+
+
+class TokenEmbedding(nn.Module):
+    """Token ids (B, T) -> vectors (B, T, D), scaled by sqrt(D) as in Vaswani et al."""
+
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int | None = 0, scale: bool = True):
+        super().__init__()
+        self.table = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        nn.init.normal_(self.table.weight, std=d_model**-0.5)
+        if pad_id is not None:
+            self.table.weight.data[pad_id].zero_()
+        self.scale = math.sqrt(d_model) if scale else 1.0
+
+    @property
+    def weight(self) -> Tensor:
+        return self.table.weight
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.table(tokens) * self.scale
+
+
+def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:
+    """LayerNorm (Ba et al. 2016) or RMSNorm (Zhang & Sennrich 2019), PyTorch's own modules."""
+    if kind == "layernorm":
+        return nn.LayerNorm(d_model, eps=eps)
+    if kind == "rmsnorm":
+        return nn.RMSNorm(d_model, eps=eps)
+    raise ValueError(f"unknown norm {kind!r}; choose layernorm or rmsnorm")
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward: D -> F -> D.
+
+    relu / gelu: w2(dropout(act(w1 x))).
+    swiglu (Shazeer 2020): w2(dropout(silu(x W_gate) * (x W_up))); ``w1`` holds
+    W_gate and W_up stacked, so the first product is one matmul.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0):
+        super().__init__()
+        if activation not in ("relu", "gelu", "swiglu"):
+            raise ValueError(f"unknown activation {activation!r}; choose relu, gelu or swiglu")
+        self.activation = activation
+        self.w1 = nn.Linear(d_model, 2 * d_ff if activation == "swiglu" else d_ff)
+        self.w2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.w1(x)
+        if self.activation == "swiglu":
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        else:
+            h = F.relu(h) if self.activation == "relu" else F.gelu(h)
+        return self.w2(self.dropout(h))
+
+
+class _Residual(nn.Module):
+    """The pre-/post-norm switch shared by every layer."""
+
+    pre_norm: bool
+    dropout: nn.Dropout
+
+    def _in(self, x: Tensor, norm: nn.Module) -> Tensor:
+        return norm(x) if self.pre_norm else x
+
+    def _out(self, x: Tensor, h: Tensor, norm: nn.Module) -> Tensor:
+        return x + self.dropout(h) if self.pre_norm else norm(x + self.dropout(h))
+
+
+class EncoderLayer(_Residual):
+    """Self-attention then feed-forward.
+
+    With ``causal=True`` and a cache this is also the block of a decoder-only LM
+    (a decoder without cross-attention).
+    """
+
+    def __init__(self, self_attn: MultiHeadAttention, ff: FeedForward, norm1: nn.Module, norm2: nn.Module,
+                 dropout: float = 0.0, pre_norm: bool = True, causal: bool = False):
+        super().__init__()
+        self.self_attn, self.ff = self_attn, ff
+        self.norm1, self.norm2 = norm1, norm2
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm, self.causal = pre_norm, causal
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, *, positional: PositionalEncoding | None = None,
+                offset: int = 0, cache: KVCache | None = None, need_weights: bool = False
+                ) -> tuple[Tensor, Tensor | None]:
+        """x (B, T, D), mask broadcastable to (B, H, T, S) -> (x (B, T, D), self-attention weights or None)."""
+        h, weights = self.self_attn.self_attention(
+            self._in(x, self.norm1), mask, causal=self.causal, positional=positional,
+            offset=offset, cache=cache, need_weights=need_weights)
+        x = self._out(x, h, self.norm1)
+        x = self._out(x, self.ff(self._in(x, self.norm2)), self.norm2)
+        return x, weights
+
+
+class DecoderLayer(_Residual):
+    """Causal self-attention, cross-attention to the encoder memory, feed-forward."""
+
+    def __init__(self, self_attn: MultiHeadAttention, cross_attn: MultiHeadAttention, ff: FeedForward,
+                 norm1: nn.Module, norm2: nn.Module, norm3: nn.Module, dropout: float = 0.0, pre_norm: bool = True):
+        super().__init__()
+        self.self_attn, self.cross_attn, self.ff = self_attn, cross_attn, ff
+        self.norm1, self.norm2, self.norm3 = norm1, norm2, norm3
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def forward(self, x: Tensor, memory_kv: tuple[Tensor, Tensor], memory_mask: Tensor | None, *,
+                positional: PositionalEncoding | None = None, offset: int = 0, cache: KVCache | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """x (B, T, D); memory_kv from ``cross_attn.project_memory``; memory_mask (B, 1, 1, S).
+
+        Returns (x (B, T, D), cross-attention weights (B, H, T, S) or None).
+        """
+        h, _ = self.self_attn.self_attention(
+            self._in(x, self.norm1), causal=True, positional=positional, offset=offset, cache=cache)
+        x = self._out(x, h, self.norm1)
+        h, weights = self.cross_attn.cross_attention(
+            self._in(x, self.norm2), memory_kv, memory_mask, need_weights=need_weights)
+        x = self._out(x, h, self.norm2)
+        x = self._out(x, self.ff(self._in(x, self.norm3)), self.norm3)
+        return x, weights
