@@ -1,0 +1,197 @@
+"""Invariants of the Transformer encoder-decoder and the decoder-only LM.
+
+Every positional scheme and both norm placements: incremental decoding equals
+teacher forcing, padding never changes real outputs, the future never changes
+the past, every parameter learns, and each model can memorise a batch.
+"""
+
+import pytest
+import torch
+
+from seqmap.config import ConfigError, ModelConfig
+from seqmap.models.builder import build_model
+from seqmap.models.protocol import Memory, SequenceModel
+from seqmap.nn.positional import POSITIONAL_KINDS
+
+SRC_V, TGT_V, PAD = 11, 13, 0
+
+
+def make(family="transformer", **overrides) -> torch.nn.Module:
+    cfg = dict(family=family, src_vocab=SRC_V, tgt_vocab=TGT_V, d_model=32, n_heads=4, d_ff=64, enc_layers=2,
+               dec_layers=2, dropout=0.0, max_len=64)
+    cfg.update(overrides)
+    torch.manual_seed(0)
+    return build_model(ModelConfig(**cfg)).eval()
+
+
+def batch(b=3, s=7, t=6, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(3, SRC_V, (b, s), generator=g)
+    src_mask = torch.ones(b, s, dtype=torch.bool)
+    src_mask[1, s - 2:] = False
+    src_mask[2, 3:] = False
+    src = src.masked_fill(~src_mask, PAD)
+    tgt = torch.randint(3, TGT_V, (b, t), generator=g)
+    return src, src_mask, tgt
+
+
+def decode_incrementally(model, src, src_mask, tgt, chunks=None):
+    """Feed tgt through decode_step in chunks (default: one token at a time)."""
+    memory = model.encode(src, src_mask)
+    chunks = chunks or [1] * tgt.size(1)
+    state, logits, start = None, [], 0
+    for n in chunks:
+        out, state, _ = model.decode_step(tgt[:, start:start + n], memory, state)
+        logits.append(out)
+        start += n
+    assert state.position == tgt.size(1)
+    return torch.cat(logits, dim=1)
+
+
+FAMILIES = ["transformer", "lm"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("positional", POSITIONAL_KINDS)
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_incremental_decoding_equals_teacher_forcing(family, positional, norm_position):
+    model = make(family, positional=positional, norm_position=norm_position)
+    src, src_mask, tgt = batch()
+    full = model(src, src_mask, tgt)
+    torch.testing.assert_close(decode_incrementally(model, src, src_mask, tgt), full, atol=1e-5, rtol=1e-5)
+    # a prompt/prefix of several tokens at once, then single steps
+    torch.testing.assert_close(decode_incrementally(model, src, src_mask, tgt, [3, 1, 2]), full,
+                               atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant", [
+    dict(n_kv_heads=1), dict(n_kv_heads=2), dict(activation="swiglu", norm="rmsnorm"),
+    dict(activation="gelu"), dict(relative_values=True, positional="relative"),
+    dict(tie_embeddings=False), dict(scale_embeddings=False)])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_incremental_decoding_for_layer_variants(family, variant):
+    model = make(family, **variant)
+    src, src_mask, tgt = batch()
+    torch.testing.assert_close(decode_incrementally(model, src, src_mask, tgt), model(src, src_mask, tgt),
+                               atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("positional", POSITIONAL_KINDS)
+def test_source_padding_does_not_change_outputs(positional):
+    model = make("transformer", positional=positional)
+    src, src_mask, tgt = batch()
+    padded_src = torch.cat([src, torch.full((3, 4), PAD)], dim=1)
+    padded_mask = torch.cat([src_mask, torch.zeros(3, 4, dtype=torch.bool)], dim=1)
+    torch.testing.assert_close(model(padded_src, padded_mask, tgt), model(src, src_mask, tgt),
+                               atol=1e-5, rtol=1e-5)
+    # and one sentence alone gives what it gives inside the padded batch
+    alone = model(src[2:3, :3], src_mask[2:3, :3], tgt[2:3])
+    torch.testing.assert_close(alone, model(src, src_mask, tgt)[2:3], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("positional", POSITIONAL_KINDS)
+def test_future_tokens_do_not_change_earlier_logits(family, positional):
+    model = make(family, positional=positional)
+    src, src_mask, tgt = batch()
+    changed = tgt.clone()
+    changed[:, 4:] = (changed[:, 4:] + 1 - 3) % (TGT_V - 3) + 3
+    before, after = model(src, src_mask, tgt), model(src, src_mask, changed)
+    torch.testing.assert_close(after[:, :4], before[:, :4], atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(after[:, 4:], before[:, 4:])
+
+
+def test_cross_attention_is_returned_per_layer_and_head_and_ignores_padding():
+    model = make("transformer")
+    src, src_mask, tgt = batch()
+    memory = model.encode(src, src_mask)
+    _, _, attention = model.decode_step(tgt[:, :2], memory, None, need_attention=True)
+    assert attention.shape == (3, 2, 4, 2, 7)  # (B, L, H, t, S)
+    torch.testing.assert_close(attention.sum(-1), torch.ones(3, 2, 4, 2))
+    assert torch.all(attention[2, ..., 3:] == 0)
+
+
+def test_lm_attention_covers_keys_seen_so_far():
+    model = make("lm")
+    _, _, tgt = batch()
+    _, state, _ = model.decode_step(tgt[:, :4], Memory(), None)
+    _, _, attention = model.decode_step(tgt[:, 4:5], Memory(), state, need_attention=True)
+    assert attention.shape == (3, 2, 4, 1, 5)
+    torch.testing.assert_close(attention.sum(-1), torch.ones(3, 2, 4, 1))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_state_reorder_selects_batch_rows(family):
+    model = make(family)
+    src, src_mask, tgt = batch()
+    memory = model.encode(src, src_mask)
+    _, state, _ = model.decode_step(tgt[:, :3], memory, None)
+    index = torch.tensor([2, 0, 2])
+    state.reorder(index)
+    got, _, _ = model.decode_step(tgt[index, 3:4], memory.index_select(index), state)
+    expected = model(src[index], src_mask[index], tgt[index])[:, 3:4]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("positional", ["learned", "relative", "t5"])
+def test_every_parameter_gets_a_finite_gradient(family, positional):
+    model = make(family, positional=positional, dropout=0.1).train()
+    src, src_mask, tgt = batch()
+    model(src, src_mask, tgt).log_softmax(-1).mean().backward()
+    for name, p in model.named_parameters():
+        if family == "lm" and name.startswith("encoder"):
+            continue
+        assert p.grad is not None, f"{name} got no gradient"
+        assert torch.isfinite(p.grad).all(), f"{name} has a non-finite gradient"
+        assert p.grad.abs().sum() > 0, f"{name} has an all-zero gradient"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_overfits_one_batch(family, norm_position):
+    model = make(family, norm_position=norm_position).train()
+    src, src_mask, tgt = batch(b=4, t=7, seed=5)
+    inputs, targets = tgt[:, :-1], tgt[:, 1:]
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        loss = torch.nn.functional.cross_entropy(model(src, src_mask, inputs).flatten(0, 1), targets.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.05
+
+
+def test_models_speak_the_protocol():
+    for family in FAMILIES:
+        assert isinstance(make(family), SequenceModel)
+
+
+def test_tied_and_shared_embeddings():
+    model = make("transformer", src_vocab=TGT_V, share_vocab=True)
+    assert model.decoder.output.weight is model.decoder.embedding.weight
+    assert model.encoder.embedding is model.decoder.embedding
+    untied = make("transformer", tie_embeddings=False)
+    assert untied.decoder.output.weight is not untied.decoder.embedding.weight
+
+
+@pytest.mark.parametrize("cfg, message", [
+    (dict(tgt_vocab=0), "model.tgt_vocab"),
+    (dict(src_vocab=0), "model.src_vocab"),
+    (dict(share_vocab=True), "share_vocab"),
+])
+def test_builder_errors_name_the_option(cfg, message):
+    with pytest.raises(ConfigError, match=message):
+        make("transformer", **cfg)
+
+
+@pytest.mark.parametrize("cfg, message", [
+    (dict(d_model=30, n_heads=4), "divisible"),
+    (dict(n_kv_heads=3), "n_kv_heads"),
+    (dict(positional="absolute"), "sinusoidal"),
+    (dict(norm_position="middle"), "norm_position"),
+    (dict(dropout=1.5), "dropout"),
+])
+def test_config_rejects_bad_values(cfg, message):
+    with pytest.raises(ConfigError, match=message):
+        ModelConfig(**cfg)
