@@ -11,8 +11,11 @@ import dataclasses
 import difflib
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from seqmap.nn.positional import POSITIONAL_KINDS
 
@@ -95,6 +98,151 @@ class ModelConfig:
                 f"model.share_vocab=true needs src_vocab == tgt_vocab (got {self.src_vocab} and {self.tgt_vocab}); "
                 "use a joint vocabulary or set model.share_vocab=false"
             )
+
+
+@dataclass
+class DataConfig:
+    """Where the text comes from and how it becomes token ids.
+
+    Translation data is either one TSV per split (``train``: src<TAB>tgt) or two
+    aligned files (``train_src`` / ``train_tgt``), plain or .gz. Language-model
+    data is plain text in ``train``. ``dataset`` names a corpus that ships with
+    seqmap instead (see ``seqmap data list``).
+    """
+
+    task: str = "translation"  # translation | lm
+    dataset: str | None = None  # a bundled corpus (tatoeba-en-zh, tinyshakespeare) instead of files
+    train: str | None = None  # TSV (translation) or text file (lm)
+    valid: str | None = None
+    test: str | None = None
+    train_src: str | None = None  # aligned source file (alternative to a TSV)
+    train_tgt: str | None = None
+    valid_src: str | None = None
+    valid_tgt: str | None = None
+    test_src: str | None = None
+    test_tgt: str | None = None
+    src_column: int = 0  # TSV column of the source
+    tgt_column: int = 1  # TSV column of the target
+    src_lang: str = "src"  # language codes: pick the BLEU tokenizer (zh -> tok zh) and name outputs
+    tgt_lang: str = "tgt"
+    tokenizer: str = "bpe"  # char | word | bpe | unigram
+    vocab_size: int = 8000  # subword vocabulary size (per side when joint_vocab is false)
+    joint_vocab: bool = True  # one tokenizer for source and target
+    character_coverage: float = 1.0  # sentencepiece: 0.9995 suits Chinese/Japanese
+    max_len: int = 128  # pairs longer than this (tokens, either side) are filtered and counted
+    context: int = 256  # lm: tokens per training sequence
+    lowercase: bool = False  # lowercase all text before tokenizing
+
+    def __post_init__(self) -> None:
+        _choice("data", "task", self.task, ("translation", "lm"))
+        _choice("data", "tokenizer", self.tokenizer, ("char", "word", "bpe", "unigram"))
+        for name in ("vocab_size", "max_len", "context"):
+            _positive("data", name, getattr(self, name))
+        if not 0.0 < self.character_coverage <= 1.0:
+            raise ConfigError(f"data.character_coverage must be in (0, 1], got {self.character_coverage}")
+        for split in ("train", "valid", "test"):
+            one, pair = getattr(self, split), (getattr(self, f"{split}_src"), getattr(self, f"{split}_tgt"))
+            if one is not None and any(pair):
+                raise ConfigError(f"give either data.{split} or data.{split}_src/{split}_tgt, not both")
+            if sum(p is not None for p in pair) == 1:
+                raise ConfigError(f"data.{split}_src and data.{split}_tgt must be given together")
+
+
+@dataclass
+class TrainConfig:
+    """The optimisation: batches, optimiser, schedule, validation, checkpoints."""
+
+    seed: int = 1
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    precision: str = "auto"  # auto (bf16 on CUDA if supported, else fp32) | fp32 | bf16 | fp16
+    max_tokens: int = 4096  # tokens per batch (padded, larger side), per device
+    batch_size: int = 32  # lm: sequences per batch
+    accum_steps: int = 1  # batches whose gradients are summed before one optimiser step
+    max_steps: int = 10000  # optimiser steps (0 = no limit)
+    max_epochs: int = 0  # epochs (0 = no limit)
+    max_time: float = 0.0  # minutes of training (0 = no limit); stops at a step boundary with a checkpoint
+    lr: float = 5e-4  # peak learning rate
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # AdamW betas
+    weight_decay: float = 0.0
+    schedule: str = "inverse_sqrt"  # inverse_sqrt | cosine | constant
+    warmup: int = 1000  # warm-up steps (linear)
+    min_lr: float = 0.0  # cosine: final learning rate
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0  # gradient-norm clipping (0 = off)
+    log_every: int = 50  # steps between log lines
+    valid_every: int = 500  # steps between validations (also at the end)
+    valid_bleu: bool = True  # translation: decode the validation set for BLEU/chrF
+    valid_examples: int = 3  # source/reference/hypothesis examples written to the log
+    early_stopping: str = "loss"  # metric for the best checkpoint and patience: loss | bleu | chrf | ppl
+    patience: int = 0  # validations without improvement before stopping (0 = never stop early)
+    keep_last: int = 2  # most recent checkpoints kept (the best is always kept)
+    max_bad_steps: int = 20  # consecutive NaN/inf-loss steps before training stops
+
+    def __post_init__(self) -> None:
+        _choice("train", "precision", self.precision, ("auto", "fp32", "bf16", "fp16"))
+        _choice("train", "schedule", self.schedule, ("inverse_sqrt", "cosine", "constant"))
+        _choice("train", "early_stopping", self.early_stopping, ("loss", "bleu", "chrf", "ppl"))
+        for name in ("max_tokens", "batch_size", "accum_steps", "log_every", "valid_every", "max_bad_steps"):
+            _positive("train", name, getattr(self, name))
+        if self.max_steps <= 0 and self.max_epochs <= 0 and self.max_time <= 0:
+            raise ConfigError("training never ends: set train.max_steps, train.max_epochs or train.max_time")
+        if self.lr <= 0:
+            raise ConfigError(f"train.lr must be > 0, got {self.lr}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if len(self.betas) != 2:
+            raise ConfigError(f"train.betas must be two numbers, got {self.betas}")
+        if self.keep_last < 1:
+            raise ConfigError("train.keep_last must be >= 1 (the latest checkpoint is needed to resume)")
+
+
+@dataclass
+class DecodeConfig:
+    """How `translate`, `evaluate` and validation decode."""
+
+    beam_size: int = 1  # 1 = greedy
+    max_len_a: float = 1.5  # maximum output length = a * source length + b
+    max_len_b: int = 10
+    length_penalty: float = 1.0  # GNMT alpha
+    max_tokens: int = 4096  # source tokens per decoding batch
+    max_new_tokens: int = 200  # lm generation length
+    temperature: float = 1.0  # sampling
+    top_k: int = 0  # sampling: keep the k most likely tokens (0 = off)
+    top_p: float = 1.0  # sampling: nucleus mass (1 = off)
+
+    def __post_init__(self) -> None:
+        for name in ("beam_size", "max_tokens", "max_new_tokens"):
+            _positive("decode", name, getattr(self, name))
+        if self.temperature <= 0:
+            raise ConfigError(f"decode.temperature must be > 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"decode.top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class RunConfig:
+    """A whole experiment: the one config file `seqmap train` reads."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+def load_config(path, overrides: list[str] | None = None) -> RunConfig:
+    """Read a YAML run config, apply dotted overrides, and type-check everything."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {e}") from None
+    return from_dict(RunConfig, apply_overrides(data, overrides or []))
+
+
+def save_config(cfg, path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True), encoding="utf-8")
 
 
 # -- generic (de)serialisation --------------------------------------------------
@@ -199,8 +347,6 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     Values are parsed as YAML scalars (``3e-4``, ``true``, ``null``); type checks
     happen in ``from_dict``.
     """
-    import yaml
-
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
     items = list(overrides)
     pairs = []

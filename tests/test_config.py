@@ -1,0 +1,63 @@
+"""Typed configs: defaults, type checks, unknown keys with the nearest name, overrides, YAML round trip."""
+
+import pytest
+
+from seqmap.config import (
+    ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig, apply_overrides, from_dict, load_config,
+    save_config, to_dict,
+)
+
+
+def test_unknown_key_names_the_nearest_valid_one():
+    with pytest.raises(ConfigError, match=r"unknown option 'model.d_modle'; did you mean model.d_model\?"):
+        from_dict(RunConfig, {"model": {"d_modle": 64}})
+    with pytest.raises(ConfigError, match="did you mean train"):
+        from_dict(RunConfig, {"trian": {}})
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"train": {"lr": "fast"}}, "train.lr must be a number"),
+    ({"model": {"d_model": 6.5}}, "model.d_model must be an integer"),
+    ({"model": {"bidirectional": "maybe"}}, "model.bidirectional must be true or false"),
+    ({"model": "big"}, "model must be a mapping"),
+    ({"train": {"betas": [0.9]}}, "train.betas must be two numbers"),
+    ({"train": {"max_steps": 0}}, "training never ends"),
+    ({"data": {"train": "a.tsv", "train_src": "a.de", "train_tgt": "a.en"}}, "either data.train or"),
+    ({"data": {"valid_src": "a.de"}}, "must be given together"),
+    ({"data": {"tokenizer": "bytes"}}, "data.tokenizer"),
+])
+def test_bad_values_are_rejected_with_the_option_named(data, message):
+    with pytest.raises(ConfigError, match=message):
+        from_dict(RunConfig, data)
+
+
+def test_values_are_coerced_from_strings_and_yaml_scalars():
+    cfg = from_dict(RunConfig, {"train": {"lr": "3e-4", "max_steps": "10"}, "model": {"n_kv_heads": None}})
+    assert cfg.train.lr == 3e-4 and cfg.train.max_steps == 10 and cfg.model.n_kv_heads is None
+
+
+def test_dotted_overrides_both_spellings():
+    data = apply_overrides({"model": {"d_model": 32}}, ["--train.lr", "3e-4", "model.dropout=0.3",
+                                                         "--train.betas", "[0.9, 0.99]"])
+    cfg = from_dict(RunConfig, data)
+    assert (cfg.train.lr, cfg.model.dropout, cfg.model.d_model, cfg.train.betas) == (3e-4, 0.3, 32, [0.9, 0.99])
+    with pytest.raises(ConfigError, match="has no value"):
+        apply_overrides({}, ["--train.lr"])
+
+
+def test_yaml_round_trip(tmp_path):
+    cfg = RunConfig(model=ModelConfig(d_model=64, positional="rope"), data=DataConfig(tokenizer="char"),
+                    train=TrainConfig(lr=1e-3))
+    path = tmp_path / "run.yaml"
+    save_config(cfg, path)
+    assert load_config(path) == cfg
+    assert to_dict(load_config(path, ["--model.d_model", "128"]))["model"]["d_model"] == 128
+
+
+def test_missing_and_broken_config_files(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
