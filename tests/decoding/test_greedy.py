@@ -1,0 +1,96 @@
+"""Greedy decoding against a fake protocol model whose next-token choice we script."""
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from seqmap.decoding.greedy import greedy
+from seqmap.models.protocol import Memory
+
+V, BOS, EOS, PAD = 10, 1, 2, 0
+
+
+@dataclass
+class FakeState:
+    position: int
+    history: torch.Tensor  # (B, position) every token fed so far
+
+    def reorder(self, index):
+        self.history = self.history.index_select(0, index)
+
+
+class ScriptedModel:
+    """Row b emits ``script[b][position - 1]`` after consuming ``position`` tokens; after the script, EOS.
+
+    The next token depends only on the state's position, so a decoder that drops
+    or resets the state emits the wrong tokens.
+    """
+
+    def __init__(self, script):
+        self.script = script
+        self.calls = []  # (tokens fed, position before) per decode_step
+        self.encoded = 0
+
+    def encode(self, src, src_mask):
+        self.encoded += 1
+        return Memory(states=None if src is None else src.float()[..., None], mask=src_mask)
+
+    def decode_step(self, tokens, memory, state=None, *, need_attention=False):
+        batch, t = tokens.shape
+        if state is None:
+            state = FakeState(0, tokens.new_zeros(batch, 0))
+        self.calls.append((tokens.clone(), state.position))
+        state = FakeState(state.position + t, torch.cat([state.history, tokens], dim=1))
+        logits = torch.full((batch, t, V), -5.0)
+        for b in range(batch):
+            row = self.script[b]
+            nxt = row[state.position - 1] if state.position - 1 < len(row) else EOS
+            logits[b, -1, nxt] = 5.0
+        return logits, state, None
+
+
+def _src(batch):
+    return torch.full((batch, 4), 3), torch.ones(batch, 4, dtype=torch.bool)
+
+
+def test_follows_the_script_and_stops_when_all_rows_finish():
+    model = ScriptedModel([[5, 6, EOS], [7, EOS]])
+    out = greedy(model, *_src(2), bos=BOS, eos=EOS, max_len=10)
+    assert out.tokens.tolist() == [[5, 6, EOS], [7, EOS, PAD]]  # finished rows emit pad
+    assert out.lengths.tolist() == [3, 2]
+    assert len(model.calls) == 3 and model.encoded == 1
+    # a finished row's score stops growing: each step adds log_softmax of a +5 logit among -5s
+    step = torch.log_softmax(torch.tensor([5.0] + [-5.0] * (V - 1)), 0)[0]
+    torch.testing.assert_close(out.scores, torch.stack([3 * step, 2 * step]), atol=1e-6, rtol=1e-4)
+
+
+def test_threads_the_state_one_token_at_a_time():
+    model = ScriptedModel([[4, 5, 6, EOS]])
+    greedy(model, *_src(1), bos=BOS, eos=EOS, max_len=10)
+    fed = [tokens.tolist() for tokens, _ in model.calls]
+    assert fed == [[[BOS]], [[4]], [[5]], [[6]]]
+    assert [position for _, position in model.calls] == [0, 1, 2, 3]
+
+
+def test_max_len_caps_the_output_without_eos():
+    model = ScriptedModel([[4] * 20, [5, EOS]])
+    out = greedy(model, *_src(2), bos=BOS, eos=EOS, max_len=6)
+    assert out.tokens.shape == (2, 6)
+    assert out.tokens[0].tolist() == [4] * 6
+    assert out.tokens[1].tolist() == [5, EOS, PAD, PAD, PAD, PAD]
+    assert out.lengths.tolist() == [6, 2]
+
+
+def test_prompt_is_prefilled_in_one_call_and_not_returned():
+    # after the 3-token prompt the position is 3, so row b emits script[b][2:]
+    model = ScriptedModel([[0, 0, 8, EOS]])
+    prompt = torch.tensor([[BOS, 3, 4]])
+    out = greedy(model, None, None, bos=BOS, eos=EOS, max_len=5, prompt=prompt)
+    assert out.tokens.tolist() == [[8, EOS]]
+    assert model.calls[0][0].tolist() == [[BOS, 3, 4]] and model.calls[1][0].tolist() == [[8]]
+
+
+def test_needs_a_source_or_a_prompt():
+    with pytest.raises(ValueError, match="source or a prompt"):
+        greedy(ScriptedModel([[EOS]]), None, None, bos=BOS, eos=EOS, max_len=3)
