@@ -47,12 +47,12 @@ class NoPositional(PositionalEncoding):
 
 def sinusoidal_table(length: int, d_model: int, base: float = 10000.0) -> Tensor:
     """(length, D) table: PE(pos, 2i) = sin(pos / base^(2i/D)), PE(pos, 2i+1) = cos(...)."""
-    pos = torch.arange(length, dtype=torch.float32)[:, None]
-    inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
-    table = torch.zeros(length, d_model)
+    pos = torch.arange(length, dtype=torch.float64)[:, None]  # float64 angles: exact at large positions
+    inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    table = torch.zeros(length, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(pos * inv_freq)
     table[:, 1::2] = torch.cos(pos * inv_freq)[:, : d_model // 2]
-    return table
+    return table.float()
 
 
 class SinusoidalPositional(PositionalEncoding):
@@ -74,6 +74,210 @@ class SinusoidalPositional(PositionalEncoding):
         return x + self.table[offset:end].to(x.dtype)
 
 
+_INIT_STD = 0.02  # learned tables start small, so a fresh model is nearly position-agnostic
+
+
+class LearnedPositional(PositionalEncoding):
+    """Learned absolute positions (Gehring et al. 2017; Vaswani et al. 2017, section 3.5).
+
+        embed(x)_t = x_t + P[offset + t],   P a trained (max_len, D) table
+
+    There is no row for a position at or past ``max_len``: such inputs raise
+    instead of silently reusing rows (use a scheme that extrapolates).
+    """
+
+    def __init__(self, max_len: int, d_model: int):
+        super().__init__()
+        self.max_len = max_len
+        self.table = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.table.weight, std=_INIT_STD)
+
+    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+        end = offset + x.size(1)
+        if end > self.max_len:
+            raise ValueError(
+                f"learned positions stop at model.max_len={self.max_len}, but position {end - 1} was asked for; "
+                "raise model.max_len or choose a positional scheme that extrapolates "
+                "(sinusoidal, rope, alibi, t5, relative)"
+            )
+        pos = torch.arange(offset, end, device=x.device)
+        return x + self.table(pos).to(x.dtype)
+
+
+def relative_offsets(q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    """(T, S) offsets j - i of key position j from query position i (positive: the key is later)."""
+    return k_pos[None, :] - q_pos[:, None]
+
+
+class RelativePositional(PositionalEncoding):
+    """Shaw et al. (2018), "Self-Attention with Relative Position Representations".
+
+    The offset of key j from query i is clipped, r = clip(j - i, -k, k), and picks
+    learned vectors a^K_r and a^V_r of width Dh, shared by all heads and layers:
+
+        e_ij = q_i . (k_j + a^K_r) / sqrt(Dh)  ->  score_bias = q_i . a^K_r / sqrt(Dh)
+        z_i  = sum_j w_ij (v_j + a^V_r)        ->  value_term = sum_j w_ij a^V_r  (if ``values``)
+
+    Only 2k + 1 vectors exist, so any length works. The bias is q @ A^K (B, H, T, 2k+1)
+    gathered to (B, H, T, S); the value term sums the weights into the 2k + 1 offsets
+    first, then takes one product with A^V, so no (T, S, Dh) tensor is ever built.
+    """
+
+    def __init__(self, head_dim: int, clip: int = 16, values: bool = False):
+        super().__init__()
+        if clip < 0:
+            raise ValueError(f"relative_clip={clip} must be >= 0 (offsets are clipped to [-clip, clip])")
+        self.clip = clip
+        self.key_table = nn.Embedding(2 * clip + 1, head_dim)
+        self.value_table = nn.Embedding(2 * clip + 1, head_dim) if values else None
+        for table in (self.key_table, self.value_table):
+            if table is not None:
+                nn.init.normal_(table.weight, std=_INIT_STD)
+        self.needs_weights = values
+
+    def _index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """(T, S) row of each clipped offset in the tables, in [0, 2k]."""
+        return relative_offsets(q_pos, k_pos).clamp(-self.clip, self.clip) + self.clip
+
+    def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        per_offset = torch.matmul(q, self.key_table.weight.to(q.dtype).t()) * q.size(-1) ** -0.5  # (B, H, T, 2k+1)
+        index = self._index(q_pos, k_pos).expand(q.size(0), q.size(1), -1, -1)  # (B, H, T, S)
+        return per_offset.gather(-1, index)
+
+    def value_term(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        if self.value_table is None:
+            return None
+        index = self._index(q_pos, k_pos).expand_as(weights)  # (B, H, T, S)
+        per_offset = weights.new_zeros(*weights.shape[:-1], 2 * self.clip + 1).scatter_add(-1, index, weights)
+        return torch.matmul(per_offset, self.value_table.weight.to(weights.dtype))  # (B, H, T, Dh)
+
+
+def t5_buckets(offset: Tensor, num_buckets: int, max_distance: int, bidirectional: bool) -> Tensor:
+    """Bucket in [0, num_buckets) of each key-minus-query offset j - i (Raffel et al. 2020, section 2.1).
+
+    Bidirectional: keys at or before the query use buckets [0, n/2), keys after it
+    [n/2, n) (bucket n/2 itself stays unused, as in T5). Unidirectional: every key
+    at or after the query falls in bucket 0 (a causal stack never attends to later
+    keys), earlier keys use all n buckets.
+    Within a side of b buckets, distances below b/2 get a bucket each; larger
+    distances share buckets whose width grows logarithmically up to ``max_distance``;
+    anything farther shares the last bucket.
+    """
+    if bidirectional:
+        num_buckets //= 2
+        side = (offset > 0).long() * num_buckets
+        distance = offset.abs()
+    else:
+        side = torch.zeros_like(offset)
+        distance = (-offset).clamp(min=0)
+    exact = num_buckets // 2
+    log_ratio = torch.log(distance.clamp(min=exact).float() / exact) / math.log(max_distance / exact)
+    far = (exact + (log_ratio * (num_buckets - exact)).long()).clamp(max=num_buckets - 1)
+    return side + torch.where(distance < exact, distance, far)
+
+
+class T5RelativeBias(PositionalEncoding):
+    """Raffel et al. (2020), T5: a learned scalar bias per head and relative-offset bucket.
+
+        score_bias[h, i, j] = b[bucket(j - i), h],   b a trained (num_buckets, H) table
+
+    added to the scaled scores (see ``t5_buckets``). One table serves every layer
+    of the stack, as in T5. Bidirectional for an encoder, unidirectional for a
+    causal stack.
+    """
+
+    def __init__(self, n_heads: int, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True):
+        super().__init__()
+        side = num_buckets // 2 if bidirectional else num_buckets
+        if side < 2:
+            raise ValueError(f"t5_buckets={num_buckets} is too small; use at least {4 if bidirectional else 2}")
+        if max_distance <= side // 2:
+            raise ValueError(f"t5_max_distance={max_distance} must exceed the {side // 2} exact buckets; raise it")
+        self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bidirectional
+        self.table = nn.Embedding(num_buckets, n_heads)
+        nn.init.normal_(self.table.weight, std=_INIT_STD)
+
+    def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        buckets = t5_buckets(relative_offsets(q_pos, k_pos), self.num_buckets, self.max_distance, self.bidirectional)
+        return self.table(buckets).permute(2, 0, 1).unsqueeze(0).to(q.dtype)  # (1, H, T, S)
+
+
+class RotaryPositional(PositionalEncoding):
+    """Su et al. (2021), RoFormer: rotary position embedding (RoPE).
+
+    Each pair of head dims of a query or key at position p is rotated by p * theta_i,
+    theta_i = base^(-2i/Dh), so q_m . k_n depends on the offset m - n only.
+    Half-split convention (``rotate_half``): dim i pairs with dim i + Dh/2, i < Dh/2:
+
+        (x_i, x_{i+Dh/2}) -> (x_i cos - x_{i+Dh/2} sin,  x_{i+Dh/2} cos + x_i sin)
+
+    The paper pairs adjacent dims (2i, 2i+1); the two conventions differ by a fixed
+    permutation of the head dims, which the projections absorb. Cos/sin tables are
+    cached up to ``max_len`` and rebuilt larger on demand, so any length works.
+    """
+
+    def __init__(self, head_dim: int, max_len: int = 1024, base: float = 10000.0):
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"rope needs an even head width d_model / n_heads, got {head_dim}")
+        self.head_dim, self.base = head_dim, base
+        cos, sin = self._tables(max_len)
+        self.register_buffer("cos", cos, persistent=False)  # (L, Dh)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def _tables(self, length: int) -> tuple[Tensor, Tensor]:
+        inv_freq = self.base ** (-torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim)
+        angles = torch.arange(length, dtype=torch.float64)[:, None] * inv_freq  # (L, Dh/2), float64: exact far out
+        angles = torch.cat((angles, angles), dim=-1)  # (L, Dh): dims i and i + Dh/2 share an angle
+        return angles.cos().float(), angles.sin().float()
+
+    def rotate(self, x: Tensor, pos: Tensor) -> Tensor:
+        """x (B, h, T, Dh) at positions pos (T,) -> rotated x, same shape."""
+        if pos.numel() and int(pos.max()) >= self.cos.size(0):
+            cos, sin = self._tables(max(int(pos.max()) + 1, 2 * self.cos.size(0)))
+            self.cos, self.sin = cos.to(self.cos.device), sin.to(self.sin.device)
+        cos, sin = self.cos[pos].to(x.dtype), self.sin[pos].to(x.dtype)  # (T, Dh)
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """(H,) head slopes of Press et al. (2022), section 3.
+
+    For H a power of two: the geometric sequence 2^(-8/H), 2^(-16/H), ..., 2^-8.
+    Otherwise: the slopes of the closest smaller power of two P, then every other
+    slope of 2P (its odd-numbered ones, which fall between P's), until H are taken.
+    """
+
+    def geometric(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+
+    closest = 2 ** math.floor(math.log2(n_heads))
+    return torch.tensor(geometric(closest) + geometric(2 * closest)[0::2][: n_heads - closest])
+
+
+class ALiBiPositional(PositionalEncoding):
+    """Press et al. (2022), "Train Short, Test Long": attention with linear biases (ALiBi).
+
+        score_bias[h, i, j] = -m_h * |i - j|,   m_h from ``alibi_slopes``
+
+    Nothing is learned and no vector is added to the embeddings. In a causal stack
+    only j <= i is ever attended, which is the paper's -m_h (i - j); in a
+    bidirectional stack the penalty is symmetric in the distance.
+    """
+
+    def __init__(self, n_heads: int):
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)  # (H,)
+
+    def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        distance = relative_offsets(q_pos, k_pos).abs().to(self.slopes.dtype)  # (T, S)
+        return (-self.slopes[:, None, None] * distance).unsqueeze(0).to(q.dtype)  # (1, H, T, S)
+
+
+POSITIONAL_KINDS = ("sinusoidal", "learned", "relative", "t5", "rope", "alibi", "none")
+
+
 def build_positional(
     kind: str,
     *,
@@ -87,18 +291,27 @@ def build_positional(
     t5_max_distance: int = 128,
     rope_base: float = 10000.0,
 ) -> PositionalEncoding:
-    """One positional scheme for one layer stack (encoder or decoder).
+    """One positional scheme for one layer stack (encoder or decoder), shared by its layers.
 
     ``causal`` tells a directional scheme (T5 buckets) whether it serves a causal
-    stack. Valid kinds: see ``POSITIONAL_KINDS``.
+    stack. ``max_len`` bounds learned positions and sizes the first cached tables of
+    the others, which grow on demand. Valid kinds: see ``POSITIONAL_KINDS``.
     """
+    if d_model % n_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
     head_dim = d_model // n_heads
-    if kind == "none":
-        return NoPositional()
     if kind == "sinusoidal":
         return SinusoidalPositional(d_model, max_len)
-    raise ValueError(f"unknown positional encoding {kind!r}; choose one of {POSITIONAL_KINDS}")
-
-
-POSITIONAL_KINDS = ("sinusoidal", "learned", "relative", "t5", "rope", "alibi", "none")
-_ = math  # used by the relative schemes
+    if kind == "learned":
+        return LearnedPositional(max_len, d_model)
+    if kind == "relative":
+        return RelativePositional(head_dim, relative_clip, values=relative_values)
+    if kind == "t5":
+        return T5RelativeBias(n_heads, t5_buckets, t5_max_distance, bidirectional=not causal)
+    if kind == "rope":
+        return RotaryPositional(head_dim, max_len, base=rope_base)
+    if kind == "alibi":
+        return ALiBiPositional(n_heads)
+    if kind == "none":
+        return NoPositional()
+    raise ValueError(f"unknown positional encoding {kind!r}; choose one of {', '.join(POSITIONAL_KINDS)}")
