@@ -59,6 +59,9 @@ class ModelConfig:
     max_len: int = 1024  # longest sequence for learned positions (others extrapolate)
     relative_clip: int = 16  # relative (Shaw): offsets clipped to [-k, k]
     relative_values: bool = False  # relative (Shaw): also add relative embeddings to values
+    t5_buckets: int = 32  # t5: relative-position buckets (half exact, half logarithmic)
+    t5_max_distance: int = 128  # t5: offsets beyond this share the last bucket
+    rope_base: float = 10000.0  # rope: base of the rotation frequencies
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(D)
     tie_embeddings: bool = True  # target embedding and output projection share weights
     share_vocab: bool = False  # source and target embeddings are one table (needs equal vocabularies)

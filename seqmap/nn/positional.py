@@ -62,7 +62,7 @@ class SinusoidalPositional(PositionalEncoding):
     length works (extrapolation past the training length never errors).
     """
 
-    def __init__(self, d_model: int, max_len: int = 1024, dropout: float = 0.0):
+    def __init__(self, d_model: int, max_len: int = 1024):
         super().__init__()
         self.d_model = d_model
         self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
