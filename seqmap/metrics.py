@@ -1,0 +1,117 @@
+"""Evaluation metrics: thin wrappers over sacreBLEU, and perplexity.
+
+BLEU, chrF and TER come from sacreBLEU (``sacrebleu.metrics``), the reference
+implementation, computed on detokenised text; each score carries sacreBLEU's
+signature (e.g. ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``)
+so that a reported number says how it was computed. Report it with the score.
+
+``refs`` is either one reference per hypothesis (``list[str]``) or several
+reference streams (``list[list[str]]``, each stream parallel to ``hyps``, as in
+sacreBLEU).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sacrebleu.metrics import BLEU, CHRF, TER
+
+Refs = Sequence[str] | Sequence[Sequence[str]]
+
+
+@dataclass(frozen=True)
+class Score:
+    """A corpus-level score (0-100), sacreBLEU's signature string and the statistics behind it."""
+
+    value: float
+    signature: str
+    details: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.name} = {self.value:.2f} ({self.signature})"
+
+
+def _streams(hyps: Sequence[str], refs: Refs) -> list[list[str]]:
+    """Reference streams in sacreBLEU's layout, checked against the hypotheses."""
+    if isinstance(hyps, str) or isinstance(refs, str):
+        raise TypeError("hyps and refs must be lists of sentences, not a single string")
+    if refs and all(isinstance(r, str) for r in refs):
+        streams = [list(refs)]
+    else:
+        streams = [list(stream) for stream in refs]
+    if not streams:
+        raise ValueError("no references given")
+    for k, stream in enumerate(streams):
+        if len(stream) != len(hyps):
+            raise ValueError(f"reference stream {k} has {len(stream)} sentences but there are {len(hyps)} hypotheses")
+    return streams
+
+
+def tokenizer_for(lang: str) -> str:
+    """sacreBLEU's tokenizer for a target language code: ``"zh"`` for Chinese (zh, zh-Hans, cmn, ...), else ``"13a"``.
+
+    Japanese and Korean also have dedicated tokenizers in sacreBLEU
+    (``ja-mecab``, ``ko-mecab``) but they need extra packages; pass them to
+    :func:`bleu` explicitly if installed.
+    """
+    base = lang.lower().replace("_", "-").split("-")[0]
+    return "zh" if base in ("zh", "cmn", "zho", "chi") else "13a"
+
+
+def bleu(hyps: Sequence[str], refs: Refs, tokenize: str = "13a", lowercase: bool = False) -> Score:
+    """Corpus BLEU with sacreBLEU's defaults (exp smoothing, max n-gram 4).
+
+    ``tokenize``: one of sacreBLEU's tokenizers, e.g. ``"13a"`` (default, WMT),
+    ``"intl"``, ``"zh"`` (see :func:`tokenizer_for`), ``"char"`` or ``"none"``
+    (text already tokenised).
+    """
+    if tokenize not in BLEU.TOKENIZERS:
+        raise ValueError(f"unknown tokenize={tokenize!r}; sacreBLEU knows {sorted(BLEU.TOKENIZERS)}")
+    metric = BLEU(tokenize=tokenize, lowercase=lowercase)
+    result = metric.corpus_score(list(hyps), _streams(hyps, refs))
+    details = {
+        "precisions": list(result.precisions),
+        "bp": result.bp,
+        "ratio": result.ratio,
+        "hyp_len": result.sys_len,
+        "ref_len": result.ref_len,
+        "counts": list(result.counts),
+        "totals": list(result.totals),
+    }
+    return Score(result.score, str(metric.get_signature()), details, "BLEU")
+
+
+def chrf(hyps: Sequence[str], refs: Refs, word_order: int = 0, lowercase: bool = False) -> Score:
+    """Corpus chrF (character 6-grams, beta 2); ``word_order=2`` gives chrF++."""
+    metric = CHRF(word_order=word_order, lowercase=lowercase)
+    result = metric.corpus_score(list(hyps), _streams(hyps, refs))
+    details = {"char_order": result.char_order, "word_order": result.word_order, "beta": result.beta}
+    return Score(result.score, str(metric.get_signature()), details, result.name)
+
+
+def ter(hyps: Sequence[str], refs: Refs, case_sensitive: bool = False) -> Score:
+    """Corpus TER (translation edit rate; lower is better), sacreBLEU's tercom-compatible version."""
+    metric = TER(case_sensitive=case_sensitive)
+    result = metric.corpus_score(list(hyps), _streams(hyps, refs))
+    details = {"num_edits": result.num_edits, "ref_length": result.ref_length}
+    return Score(result.score, str(metric.get_signature()), details, "TER")
+
+
+def perplexity(nll_sum: float, n_tokens: int) -> float:
+    """``exp(nll_sum / n_tokens)`` from the NLL summed over *all* tokens (natural log); inf on overflow.
+
+    Accumulate ``nll_sum`` and ``n_tokens`` over the whole set (e.g. from
+    ``seqmap.training.loss.label_smoothed_nll``) and call this once; an average of
+    per-batch perplexities or losses weights short batches wrongly.
+    """
+    n_tokens = int(n_tokens)
+    if n_tokens <= 0:
+        raise ValueError(f"perplexity needs n_tokens > 0, got {n_tokens}")
+    try:
+        return math.exp(float(nll_sum) / n_tokens)
+    except OverflowError:
+        return math.inf

@@ -1,0 +1,85 @@
+"""Metrics: parity with sacreBLEU called directly, signatures, perplexity from sums."""
+
+import math
+
+import pytest
+import sacrebleu
+import torch
+
+from seqmap.metrics import Score, bleu, chrf, perplexity, ter, tokenizer_for
+from seqmap.training.loss import label_smoothed_nll
+
+HYPS = ["The cat sat on the mat.", "A quick brown fox jumps over the dog!", "It is raining today."]
+REFS = ["The cat sat on a mat.", "The quick brown fox jumped over the lazy dog!", "Today it rains."]
+REFS2 = ["A cat was sitting on the mat.", "A quick brown fox jumps over the lazy dog.", "It rains today."]
+
+
+def test_bleu_identical_is_100_and_signed():
+    score = bleu(REFS, REFS)
+    assert isinstance(score, Score) and score.value == pytest.approx(100.0)
+    assert "tok:13a" in score.signature and "nrefs:1" in score.signature and "case:mixed" in score.signature
+    assert str(score).startswith("BLEU = 100.00 (nrefs:1")
+    zh = ["我们今天去公园散步。", "这是一个测试句子。"]
+    score = bleu(zh, zh, tokenize=tokenizer_for("zh"))
+    assert score.value == pytest.approx(100.0) and "tok:zh" in score.signature
+
+
+def test_bleu_matches_sacrebleu():
+    for tokenize in ("13a", "intl", "none"):
+        score = bleu(HYPS, REFS, tokenize=tokenize)
+        expected = sacrebleu.corpus_bleu(HYPS, [REFS], tokenize=tokenize)
+        assert score.value == expected.score and f"tok:{tokenize}" in score.signature
+        assert score.details["precisions"] == expected.precisions and score.details["bp"] == expected.bp
+    assert 0 < bleu(HYPS, REFS).value < 100
+    # several reference streams, and lowercasing
+    multi = bleu(HYPS, [REFS, REFS2])
+    assert multi.value == sacrebleu.corpus_bleu(HYPS, [REFS, REFS2]).score and "nrefs:2" in multi.signature
+    lower = bleu([h.upper() for h in HYPS], REFS, lowercase=True)
+    folded = bleu([h.lower() for h in HYPS], [r.lower() for r in REFS])
+    assert lower.value == pytest.approx(folded.value) and "case:lc" in lower.signature
+    assert bleu([h.upper() for h in HYPS], REFS).value < lower.value
+
+
+def test_chrf_and_ter_match_sacrebleu():
+    score = chrf(HYPS, REFS)
+    assert score.value == sacrebleu.corpus_chrf(HYPS, [REFS]).score and "nc:6" in score.signature
+    assert score.name == "chrF2"
+    plus = chrf(HYPS, REFS, word_order=2)
+    assert plus.value == sacrebleu.corpus_chrf(HYPS, [REFS], word_order=2).score and plus.name == "chrF2++"
+    assert chrf(REFS, REFS).value == pytest.approx(100.0)
+    t = ter(HYPS, REFS)
+    assert t.value == sacrebleu.corpus_ter(HYPS, [REFS]).score and "tok:tercom" in t.signature
+    assert ter(REFS, REFS).value == 0.0
+
+
+def test_reference_checks():
+    with pytest.raises(ValueError, match="2 sentences but there are 3 hypotheses"):
+        bleu(HYPS, REFS[:2])
+    with pytest.raises(ValueError, match="sacreBLEU knows"):
+        bleu(HYPS, REFS, tokenize="moses")
+    with pytest.raises(TypeError, match="single string"):
+        chrf("a sentence", "a sentence")
+
+
+def test_tokenizer_for():
+    assert [tokenizer_for(x) for x in ("zh", "zh-Hans", "zh_TW", "cmn", "ZH")] == ["zh"] * 5
+    assert [tokenizer_for(x) for x in ("en", "de", "fr-CA")] == ["13a"] * 3
+
+
+def test_perplexity_of_uniform_predictions_is_vocab_size():
+    V = 37
+    logits = torch.zeros(4, 9, V)
+    target = torch.randint(1, V, (4, 9), generator=torch.Generator().manual_seed(0))
+    target[1, 4:] = 0
+    _, nll_sum, n_tokens = label_smoothed_nll(logits, target, pad_id=0)
+    assert perplexity(nll_sum, n_tokens) == pytest.approx(V, rel=1e-5)
+
+
+def test_perplexity_uses_sums_not_batch_averages():
+    batches = [(10.0, 5), (2.0, 20)]  # (nll_sum, n_tokens)
+    total = perplexity(sum(s for s, _ in batches), sum(n for _, n in batches))
+    assert total == pytest.approx(math.exp(12 / 25))
+    assert total != pytest.approx(sum(perplexity(s, n) for s, n in batches) / 2)
+    assert perplexity(1e6, 1) == math.inf
+    with pytest.raises(ValueError, match="n_tokens > 0"):
+        perplexity(1.0, 0)
