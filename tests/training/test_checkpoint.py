@@ -1,0 +1,280 @@
+"""``seqmap.training.checkpoint``: round trips, no pickle, atomic saves, clear errors, rotation, averaging."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from torch import nn
+
+from seqmap.training import checkpoint as ckpt
+from seqmap.training.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    average_checkpoints,
+    load_checkpoint,
+    load_weights,
+    read_config,
+    save_averaged,
+    save_checkpoint,
+)
+
+V, D = 11, 8
+CONFIG = {"model": {"kind": "tiny", "d_model": D, "dropout": 0.1}, "train": {"lr": 1e-2, "clip": None}, "tags": ["a"]}
+STATE = {"step": 2, "epoch": 0, "batch_in_epoch": 2, "best_metric": float("inf"), "bad_epochs": 0, "nan_skipped": 1}
+
+
+class Tiny(nn.Module):
+    """An embedding, a hidden layer and an output layer tied to the embedding, plus an integer buffer."""
+
+    def __init__(self, d: int = D, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.embed = nn.Embedding(V, d)
+        self.hidden = nn.Linear(d, d)
+        self.output = nn.Linear(d, V, bias=False)
+        self.output.weight = self.embed.weight
+        self.register_buffer("seen", torch.tensor(seed, dtype=torch.long))
+
+    def forward(self, tokens):
+        return self.output(torch.tanh(self.hidden(self.embed(tokens))))
+
+
+BATCHES = [torch.randint(0, V, (4, 5), generator=torch.Generator().manual_seed(i)) for i in range(5)]
+
+
+def _train(model, optimizer, batches):
+    for tokens in batches:
+        optimizer.zero_grad()
+        logits = model(tokens)
+        nn.functional.cross_entropy(logits.reshape(-1, V), tokens.reshape(-1)).backward()
+        optimizer.step()
+
+
+def _trained(seed: int = 0):
+    model = Tiny(seed=seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.8, 0.95))
+    _train(model, optimizer, BATCHES[:2])
+    return model, optimizer
+
+
+def _save(path, model, optimizer=None, **kw):
+    return save_checkpoint(path, model=model, optimizer=optimizer, trainer_state=STATE, config=CONFIG, **kw)
+
+
+def test_round_trip_weights_optimizer_config_state_and_tie(tmp_path):
+    model, optimizer = _trained()
+    _save(tmp_path / "c", model, optimizer)
+    fresh = Tiny(seed=1)
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=0.5, betas=(0.9, 0.999))
+    loaded = load_checkpoint(tmp_path / "c", model=fresh, optimizer=fresh_opt)
+    assert loaded.config == CONFIG and read_config(tmp_path / "c") == CONFIG
+    assert loaded.trainer_state == STATE
+    assert fresh.output.weight is fresh.embed.weight  # the tie survives loading
+    for name, t in model.state_dict().items():
+        assert torch.equal(fresh.state_dict()[name], t), name
+    assert fresh_opt.param_groups[0]["betas"] == (0.8, 0.95) and fresh_opt.param_groups[0]["lr"] == 1e-2
+
+    _train(model, optimizer, BATCHES[2:])  # three more steps, with and without the save/load
+    _train(fresh, fresh_opt, BATCHES[2:])
+    for (name, a), b in zip(model.named_parameters(), fresh.parameters(), strict=True):
+        assert torch.equal(a, b), f"{name} differs after resuming"
+
+
+def test_tied_weight_stored_once(tmp_path):
+    _save(tmp_path / "c", Tiny())
+    weights = load_weights(tmp_path / "c")
+    assert set(weights) == set(Tiny().state_dict())
+    assert weights["output.weight"] is weights["embed.weight"]
+    with safe_open(str(tmp_path / "c" / "model.safetensors"), framework="pt") as f:
+        assert len([k for k in f.keys() if k.endswith(".weight") and k != "hidden.weight"]) == 1
+
+
+def test_rng_states_restored(tmp_path):
+    torch.manual_seed(3), random.seed(3), np.random.seed(3)
+    _save(tmp_path / "c", Tiny())
+    expected = torch.rand(4), random.random(), np.random.rand(3)
+    torch.manual_seed(99), random.seed(99), np.random.seed(99)
+    load_checkpoint(tmp_path / "c", restore_rng=True)
+    assert torch.equal(torch.rand(4), expected[0])
+    assert random.random() == expected[1]
+    assert np.array_equal(np.random.rand(3), expected[2])
+
+
+def test_no_pickle_anywhere(tmp_path, monkeypatch):
+    model, optimizer = _trained()
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "vocab.txt").write_text("a\nb\n")
+    _save(tmp_path / "c", model, optimizer, tokenizer_dir=tok)
+    files = sorted(p.relative_to(tmp_path / "c").as_posix() for p in (tmp_path / "c").rglob("*") if p.is_file())
+    assert files == ["config.yaml", "model.safetensors", "tokenizer/vocab.txt", "trainer.json", "trainer.safetensors"]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch.load called")
+
+    monkeypatch.setattr(torch, "load", refuse)
+    fresh = Tiny(seed=1)
+    load_checkpoint(tmp_path / "c", model=fresh, optimizer=torch.optim.AdamW(fresh.parameters()), restore_rng=True)
+    assert torch.equal(fresh.hidden.weight, model.hidden.weight)
+
+
+def test_trainer_state_must_be_plain_json(tmp_path):
+    with pytest.raises(TypeError, match=r"trainer_state\['best'\].*item"):
+        save_checkpoint(tmp_path / "c", model=Tiny(), trainer_state={"best": torch.tensor(1.0)}, config={})
+    assert not (tmp_path / "c").exists()
+
+
+def test_crash_mid_save_leaves_no_broken_checkpoint(tmp_path, monkeypatch):
+    model, optimizer = _trained()
+    target = tmp_path / "ckpts" / "step-000002"
+    real = ckpt._write_trainer
+    calls = []
+
+    def crash(directory, *args):
+        assert (directory / "model.safetensors").exists()  # the weights were written first
+        calls.append(directory)
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(ckpt, "_write_trainer", crash)
+    with pytest.raises(KeyboardInterrupt):
+        _save(target, model, optimizer)
+    assert calls and not target.exists()
+    monkeypatch.setattr(ckpt, "_write_trainer", real)
+    _save(target, model, optimizer)
+    load_checkpoint(target, model=Tiny(seed=1))
+
+    # a crash while re-saving the same step keeps the previous version intact
+    before = load_weights(target)["hidden.weight"].clone()
+    _train(model, optimizer, BATCHES[2:3])
+    monkeypatch.setattr(ckpt, "_write_trainer", crash)
+    with pytest.raises(KeyboardInterrupt):
+        _save(target, model, optimizer)
+    assert torch.equal(load_weights(target)["hidden.weight"], before)
+
+    # a temp dir left by a killed process is removed by the next save; the re-save replaces the old version
+    (target.parent / ".step-000002.tmp-dead").mkdir()
+    monkeypatch.setattr(ckpt, "_write_trainer", real)
+    _save(target, model, optimizer)
+    assert torch.equal(load_weights(target)["hidden.weight"], model.hidden.weight)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["step-000002"]
+
+
+def test_failed_rename_puts_the_previous_version_back(tmp_path, monkeypatch):
+    target = tmp_path / "c"
+    _save(target, Tiny(seed=1))
+    real_replace, calls = ckpt.os.replace, []
+
+    def replace(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:  # after the old version was moved aside, before the new one is moved in
+            raise OSError("disk gone")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(ckpt.os, "replace", replace)
+    with pytest.raises(OSError, match="disk gone"):
+        _save(target, Tiny(seed=2))
+    monkeypatch.undo()
+    assert torch.equal(load_weights(target)["hidden.weight"], Tiny(seed=1).hidden.weight)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
+
+
+def test_truncated_weights_named(tmp_path):
+    _save(tmp_path / "c", Tiny())
+    file = tmp_path / "c" / "model.safetensors"
+    data = file.read_bytes()
+    file.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=r"model\.safetensors.*earlier checkpoint"):
+        load_checkpoint(tmp_path / "c", model=Tiny())
+    with pytest.raises(CheckpointError, match=r"model\.safetensors"):
+        load_weights(tmp_path / "c")
+
+
+def test_invalid_trainer_json_named(tmp_path):
+    _save(tmp_path / "c", Tiny())
+    (tmp_path / "c" / "trainer.json").write_text('{"trainer_state": {"step": 1')
+    with pytest.raises(CheckpointError, match=r"trainer\.json.*earlier checkpoint"):
+        load_checkpoint(tmp_path / "c")
+
+
+def test_missing_files_named(tmp_path):
+    with pytest.raises(CheckpointError, match="nowhere"):
+        load_checkpoint(tmp_path / "nowhere", model=Tiny())
+    _save(tmp_path / "c", Tiny())
+    (tmp_path / "c" / "trainer.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"trainer\.safetensors"):
+        load_checkpoint(tmp_path / "c", restore_rng=True)
+
+
+def test_strict_loading_names_the_parameter(tmp_path):
+    _save(tmp_path / "c", Tiny())
+    with pytest.raises(CheckpointError, match=r"'embed\.weight'.*\(11, 8\).*\(11, 6\)"):
+        load_checkpoint(tmp_path / "c", model=Tiny(d=6))
+    other = nn.Sequential(nn.Linear(D, D))
+    with pytest.raises(CheckpointError, match=r"missing \(0\.weight.*unexpected \(embed\.weight"):
+        load_checkpoint(tmp_path / "c", model=other)
+
+
+@pytest.mark.parametrize(
+    ("mode", "best_step"),
+    [("min", 2), ("max", 3)],
+)
+def test_manager_keeps_last_two_and_best(tmp_path, mode, best_step):
+    manager = CheckpointManager(tmp_path, keep_last=2, metric="loss", mode=mode)
+    model = Tiny()
+    for step, value in zip([1, 2, 3, 4, 5], [3.0, 1.0, 5.0, 2.0, float("nan")], strict=True):
+        manager.save(step, model=model, trainer_state={"step": step}, config=CONFIG, metric_value=value)
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*"))
+    assert kept == sorted({f"step-{best_step:06d}", "step-000004", "step-000005"})
+    index = json.loads((tmp_path / "checkpoints" / "index.json").read_text())
+    assert sorted(e["name"] for e in index["checkpoints"]) == kept
+    assert index["last"] == "step-000005" and index["best"]["step"] == best_step
+    assert manager.latest() == tmp_path / "checkpoints" / "step-000005"
+    assert manager.best() == tmp_path / "checkpoints" / f"step-{best_step:06d}"
+    assert load_checkpoint(manager.best()).trainer_state == {"step": best_step}
+
+
+def test_manager_without_metric_and_bad_options(tmp_path):
+    manager = CheckpointManager(tmp_path, keep_last=1)
+    assert manager.latest() is None and manager.best() is None
+    for step in (10, 20):
+        manager.save(step, model=Tiny(), trainer_state={}, config={})
+    assert [p.name for p in (tmp_path / "checkpoints").glob("step-*")] == ["step-000020"]
+    assert manager.best() is None
+    with pytest.raises(ValueError, match="mode"):
+        CheckpointManager(tmp_path, mode="highest")
+    with pytest.raises(CheckpointError, match="metric"):
+        CheckpointManager(tmp_path, metric="bleu", mode="max").save(30, model=Tiny(), trainer_state={}, config={})
+
+
+def test_average_of_two(tmp_path):
+    a, b = Tiny(seed=1), Tiny(seed=2)
+    _save(tmp_path / "a", a)
+    _save(tmp_path / "b", b)
+    avg = average_checkpoints([tmp_path / "a", tmp_path / "b"])
+    for name, t in a.state_dict().items():
+        if t.is_floating_point():
+            expected = ((t.double() + b.state_dict()[name].double()) / 2).float()
+            assert torch.equal(avg[name], expected), name
+    assert avg["seen"].item() == 2  # integer buffers come from the last checkpoint
+    assert avg["output.weight"] is avg["embed.weight"]
+
+    out = save_averaged([tmp_path / "a", tmp_path / "b"], tmp_path / "avg")
+    model = Tiny(seed=5)
+    loaded = load_checkpoint(out, model=model)
+    assert loaded.config == CONFIG and model.output.weight is model.embed.weight
+    assert torch.equal(model.hidden.bias, avg["hidden.bias"])
+
+
+def test_average_mismatch_is_named(tmp_path):
+    _save(tmp_path / "a", Tiny())
+    _save(tmp_path / "b", Tiny(d=6))
+    with pytest.raises(CheckpointError, match=r"'embed\.weight'"):
+        average_checkpoints([tmp_path / "a", tmp_path / "b"])
+    save_checkpoint(tmp_path / "c", model=nn.Linear(D, D), trainer_state={}, config={})
+    with pytest.raises(CheckpointError, match=r"'bias'"):
+        average_checkpoints([tmp_path / "a", tmp_path / "c"])
