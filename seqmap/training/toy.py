@@ -1,7 +1,7 @@
 """The smallest useful real run: train a model on a synthetic task, then decode a held-out set.
 
 Teacher forcing, AdamW, cross-entropy that ignores padding, a short linear warmup
-then cosine decay, gradient clipping, fp32 on the CPU. Held-out data comes from
+then cosine decay (``seqmap.training.schedule``), gradient clipping, fp32 on the CPU. Held-out data comes from
 another seed and is decoded with ``seqmap.decoding.greedy``; the run reports
 exact-match (whole sequence) and token accuracy.
 
@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from seqmap.config import ConfigError, ModelConfig, from_dict
 from seqmap.data.synthetic import BOS, EOS, PAD, TASKS, Batch, SyntheticTask, render, strip
 from seqmap.decoding.greedy import greedy
+from seqmap.training.schedule import cosine, set_lr
 
 
 @dataclass
@@ -38,7 +39,7 @@ class ToyConfig:
     steps: int = 1000  # optimiser steps (one fresh random batch each)
     batch_size: int = 64  # sequences per step
     lr: float = 1e-3  # peak learning rate (AdamW)
-    warmup: int = 100  # steps of linear warmup from 0 to lr; cosine decay to lr / 10 after
+    warmup: int = 100  # steps of linear warmup to lr (capped at steps - 1); then half a cosine to lr / 10
     weight_decay: float = 0.01  # AdamW weight decay
     clip: float = 1.0  # clip the global gradient norm to this (0 = off)
     seed: int = 0  # seeds the model initialisation and the training data
@@ -130,18 +131,6 @@ def _loss(model: nn.Module, batch: Batch, family: str, sep: int) -> Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=PAD)
 
 
-def _schedule(cfg: ToyConfig) -> Callable[[int], float]:
-    """Learning-rate multiplier: linear warmup to 1, then cosine decay to 0.1."""
-
-    def factor(step: int) -> float:
-        if step < cfg.warmup:
-            return (step + 1) / cfg.warmup
-        progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-        return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-    return factor
-
-
 def _decode(model: nn.Module, batch: Batch, family: str, sep: int, max_len: int) -> list[list[int]]:
     """Greedy hypotheses for one batch, each cut at its EOS."""
     if family != "lm":
@@ -211,24 +200,25 @@ def train_toy(model_cfg: ModelConfig, cfg: ToyConfig | None = None, *,
     say(f"toy: {model_cfg.family} on {cfg.task} (vocab {cfg.vocab}, lengths {cfg.min_len}-{cfg.max_len}), "
         f"{params:,} parameters, {cfg.steps} steps of {cfg.batch_size}")
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(cfg))
+    warmup = min(cfg.warmup, cfg.steps - 1)  # cosine needs a step after the warmup
     generator = torch.Generator().manual_seed(cfg.seed)
 
     losses: list[float] = []
     start = time.perf_counter()
     model.train()
     for step in range(1, cfg.steps + 1):
+        lr = cosine(step, warmup, cfg.steps, cfg.lr, min_lr=cfg.lr / 10)
+        set_lr(optimizer, lr)
         loss = _loss(model, task.batch(cfg.batch_size, generator), model_cfg.family, sep)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.clip > 0:
             nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         optimizer.step()
-        scheduler.step()
         losses.append(loss.item())
         if cfg.log_every and (step % cfg.log_every == 0 or step == cfg.steps):
             recent = losses[-cfg.log_every:]
-            say(f"step {step:5d}  loss {sum(recent) / len(recent):.4f}  lr {scheduler.get_last_lr()[0]:.2e}  "
+            say(f"step {step:5d}  loss {sum(recent) / len(recent):.4f}  lr {lr:.2e}  "
                 f"{time.perf_counter() - start:.1f}s")
     train_seconds = time.perf_counter() - start
 
