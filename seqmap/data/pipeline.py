@@ -1,0 +1,172 @@
+"""From a ``DataConfig`` to tokenizers and token ids, ready for batching.
+
+    texts (bundled corpus, TSV, aligned files or plain text)
+      -> tokenizer(s), trained on the training text and saved in RUN_DIR/tokenizer
+      -> token ids, cached in RUN_DIR/cache (a second run does not tokenize again)
+      -> empty and over-long pairs filtered, and counted in the log
+
+Translation data becomes lists of (src_ids, tgt_ids); language-model data one
+long stream of ids per split. With a character tokenizer the LM stream is the
+raw text (newlines are characters, as nanoGPT trains); otherwise each line ends
+with EOS (as the PTB recipes do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from seqmap.config import DataConfig
+from seqmap.data import datasets
+from seqmap.data.corpus import DataError, FilterReport, cached_encode, filter_pairs, read_lines, read_parallel, read_tsv
+from seqmap.data.tokenizers import EOS, Tokenizer, load_pair, save_pair, train_pair
+
+Pairs = list[tuple[str, str]]
+
+
+@dataclass
+class TranslationData:
+    src_tok: Tokenizer
+    tgt_tok: Tokenizer
+    train: list[tuple[list[int], list[int]]]
+    valid: list[tuple[list[int], list[int]]]
+    valid_text: Pairs  # the kept validation pairs, as text (for BLEU and examples)
+    test_text: Pairs
+    reports: dict[str, FilterReport] = field(default_factory=dict)
+
+
+@dataclass
+class LMData:
+    tok: Tokenizer
+    train: list[int]
+    valid: list[int]
+    test: list[int]
+
+
+# -- reading texts ------------------------------------------------------------------
+
+def _bundled_pairs(cfg: DataConfig) -> dict[str, Pairs]:
+    if cfg.dataset != "tatoeba-en-zh":
+        raise DataError(f"data.dataset={cfg.dataset!r} is not a translation corpus that ships with seqmap; "
+                        "use tatoeba-en-zh, or give data.train / data.train_src + data.train_tgt")
+    splits = datasets.tatoeba_en_zh_splits()
+    langs = {cfg.src_lang, cfg.tgt_lang}
+    if langs not in ({"en", "zh"}, {"src", "tgt"}):
+        raise DataError(f"data.dataset=tatoeba-en-zh has languages en and zh; set data.src_lang/tgt_lang to en/zh "
+                        f"(got {cfg.src_lang}/{cfg.tgt_lang})")
+    swap = cfg.src_lang == "zh"
+    return {name: [(b, a) if swap else (a, b) for a, b in getattr(splits, name)] for name in ("train", "valid", "test")}
+
+
+def read_translation_texts(cfg: DataConfig) -> dict[str, Pairs]:
+    """The train/valid/test (source, target) texts named by the config (test may be empty)."""
+    if cfg.dataset is not None:
+        return _bundled_pairs(cfg)
+    out: dict[str, Pairs] = {}
+    for split in ("train", "valid", "test"):
+        tsv, src, tgt = getattr(cfg, split), getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")
+        if tsv is not None:
+            out[split] = read_tsv(tsv, f"data.{split}", cfg.src_column, cfg.tgt_column)
+        elif src is not None:
+            out[split] = read_parallel(src, tgt, f"data.{split}_src", f"data.{split}_tgt")
+        elif split == "test":
+            out[split] = []
+        else:
+            raise DataError(f"no {split} data: set data.{split} (a TSV file) or data.{split}_src and "
+                            f"data.{split}_tgt (two aligned files), or data.dataset")
+    if cfg.lowercase:
+        out = {k: [(s.lower(), t.lower()) for s, t in v] for k, v in out.items()}
+    return out
+
+
+def read_lm_texts(cfg: DataConfig) -> dict[str, str]:
+    """The train/valid/test text of a language-modelling corpus (test may be empty)."""
+    if cfg.dataset is not None:
+        if cfg.dataset != "tinyshakespeare":
+            raise DataError(f"data.dataset={cfg.dataset!r} is not a language-modelling corpus that ships with "
+                            "seqmap; use tinyshakespeare, or give data.train / data.valid text files")
+        splits = datasets.tinyshakespeare_splits()
+        return {"train": splits.train, "valid": splits.valid, "test": ""}
+    out = {}
+    for split in ("train", "valid", "test"):
+        path = getattr(cfg, split)
+        if path is None and split != "test":
+            raise DataError(f"no {split} text for the language model: set data.{split} to a text file")
+        out[split] = "" if path is None else "\n".join(read_lines(path, f"data.{split}")) + "\n"
+    if cfg.lowercase:
+        out = {k: v.lower() for k, v in out.items()}
+    return out
+
+
+# -- tokenizers -----------------------------------------------------------------------
+
+def _tokenizer_options(cfg: DataConfig) -> dict:
+    if cfg.tokenizer in ("bpe", "unigram"):
+        return {"character_coverage": cfg.character_coverage}
+    return {}
+
+
+def tokenizers_for(cfg: DataConfig, src_texts: list[str], tgt_texts: list[str],
+                   run_dir: Path, log: Callable[[str], None] = print) -> tuple[Tokenizer, Tokenizer]:
+    """Load RUN_DIR/tokenizer if it exists (resume, evaluation), else train and save it there."""
+    directory = run_dir / "tokenizer"
+    if (directory / "tokenizer.json").exists() or (directory / "src" / "tokenizer.json").exists():
+        return load_pair(directory)
+    vocab = None if cfg.tokenizer in ("char", "word") else cfg.vocab_size
+    src, tgt = train_pair(cfg.tokenizer, src_texts, tgt_texts, vocab, joint=cfg.joint_vocab,
+                          **_tokenizer_options(cfg))
+    save_pair(src, tgt, directory)
+    log(f"tokenizer: {cfg.tokenizer}, {'joint' if src is tgt else 'separate'} vocabulary "
+        f"{src.vocab_size}{'' if src is tgt else ' / ' + str(tgt.vocab_size)}, saved in {directory}")
+    return src, tgt
+
+
+# -- putting it together ----------------------------------------------------------------
+
+def _encode_and_filter(name: str, pairs: Pairs, src_tok, tgt_tok, cfg: DataConfig, cache: Path):
+    """Token ids of the pairs (cached), then drop empty and over-long pairs, counting them."""
+    ids_of = dict(zip(pairs, cached_encode(pairs, (src_tok, tgt_tok), cache, name=name)))  # same text, same ids
+    kept, report = filter_pairs(pairs, cfg.max_len, lengths=lambda s, t: tuple(map(len, ids_of[(s, t)])))
+    return [ids_of[p] for p in kept], kept, report
+
+
+def load_translation(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> TranslationData:
+    texts = read_translation_texts(cfg)
+    src_tok, tgt_tok = tokenizers_for(cfg, [s for s, _ in texts["train"]], [t for _, t in texts["train"]],
+                                      run_dir, log)
+    cache = run_dir / "cache"
+    train, _, train_report = _encode_and_filter("train", texts["train"], src_tok, tgt_tok, cfg, cache)
+    valid, valid_text, valid_report = _encode_and_filter("valid", texts["valid"], src_tok, tgt_tok, cfg, cache)
+    for name, report in (("train", train_report), ("valid", valid_report)):
+        log(report.summary(name))
+    if not train:
+        raise DataError("no training pairs left after filtering; check the data files and data.max_len")
+    return TranslationData(src_tok, tgt_tok, train, valid, valid_text, texts["test"],
+                           {"train": train_report, "valid": valid_report})
+
+
+def _stream(text: str, tok: Tokenizer, name: str, cache: Path) -> list[int]:
+    if not text:
+        return []
+    if tok.kind == "char":
+        (ids,) = cached_encode([text], tok, cache, name=name)
+        return list(ids)
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [i for line in cached_encode(lines, tok, cache, name=name) for i in (*line, EOS)]
+
+
+def load_lm(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> LMData:
+    texts = read_lm_texts(cfg)
+    train_lines = texts["train"].split("\n")
+    tok, _ = tokenizers_for(cfg, train_lines, train_lines, run_dir, log) if cfg.joint_vocab else (None, None)
+    if tok is None:
+        raise DataError("data.joint_vocab=false has no meaning for a language model; remove it")
+    cache = run_dir / "cache"
+    data = LMData(tok, *(_stream(texts[s], tok, s, cache) for s in ("train", "valid", "test")))
+    log(f"lm data: {len(data.train)} train / {len(data.valid)} valid / {len(data.test)} test tokens")
+    if len(data.valid) < 2:
+        raise DataError("the validation text is empty; set data.valid to a non-empty text file")
+    return data

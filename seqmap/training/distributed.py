@@ -1,0 +1,72 @@
+"""Several processes, one model: the thin layer over torch.distributed that training needs.
+
+Launch with PyTorch's own launcher, which sets RANK / WORLD_SIZE / LOCAL_RANK:
+
+    torchrun --nproc_per_node 2 -m seqmap train CONFIG
+
+NCCL on GPUs, gloo on CPUs. Every rank builds the same model from the same seed,
+takes a disjoint shard of the batches and DistributedDataParallel averages the
+gradients; only rank 0 writes files.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def setup(device: torch.device) -> Dist:
+    """Join the process group when launched by torchrun; a no-op for a single process."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        return Dist()
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return Dist(rank=dist.get_rank(), world_size=dist.get_world_size(),
+                local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def teardown(d: Dist) -> None:
+    if d.enabled and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(values: list[float], d: Dist, device: torch.device) -> list[float]:
+    """Sum a few numbers over all ranks (token counts, loss sums); identity for one process."""
+    if not d.enabled:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def broadcast_flag(flag: bool, d: Dist, device: torch.device) -> bool:
+    """Rank 0's decision (stop early, out of time) for everyone, so ranks never diverge."""
+    if not d.enabled:
+        return flag
+    t = torch.tensor([1 if flag else 0], device=device)
+    dist.broadcast(t, src=0)
+    return bool(t.item())
+
+
+def barrier(d: Dist) -> None:
+    if d.enabled:
+        dist.barrier()

@@ -1,0 +1,310 @@
+"""The training loop: one config in, a run directory that explains itself out.
+
+    RUN_DIR/config.yaml         the resolved config (vocabulary sizes filled in)
+    RUN_DIR/tokenizer/          the tokenizer(s), trained on the training text
+    RUN_DIR/cache/              token ids, so a second run does not tokenize again
+    RUN_DIR/train.log           what was printed
+    RUN_DIR/metrics.jsonl       train / valid / test events, one JSON object per line
+    RUN_DIR/checkpoints/        step-N/ (weights, optimizer, RNG, data position, config, tokenizer)
+
+Each optimiser step sums the gradients of ``accum_steps`` batches (on every rank)
+and normalises by the number of target tokens in all of them, so 2 processes with
+one batch each take exactly the step one process takes with both batches.
+Checkpoints are written after validation, at a step boundary, with everything
+needed to continue bit-for-bit (``resume=True``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from seqmap.config import RunConfig, save_config, to_dict
+from seqmap.data.batching import Batch, EpochIterator, collate_pairs, lm_random_chunks, shard, token_budget_batches
+from seqmap.data.pipeline import load_lm, load_translation
+from seqmap.data.tokenizers import PAD
+from seqmap.models.builder import build_model
+from seqmap.training import distributed
+from seqmap.training.checkpoint import CheckpointManager, load_checkpoint
+from seqmap.training.loss import label_smoothed_nll
+from seqmap.training.runlog import RunLog
+from seqmap.training.schedule import make_schedule, set_lr
+from seqmap.training.validate import validate
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on; the message says why and what to change."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise TrainingError(f"train.device={name} but CUDA is not available; use train.device=cpu or auto")
+    return device
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype, or None for fp32. On CPU always fp32 (no fast half-precision matmuls)."""
+    if device.type != "cuda" or precision == "fp32":
+        return None
+    if precision == "auto":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
+    return torch.bfloat16 if precision == "bf16" else torch.float16
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    """Holds what one run needs; ``run()`` trains until a stopping rule fires."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, *, resume: bool = False, stream=None):
+        self.run_dir = Path(run_dir)
+        self.device = resolve_device(cfg.train.device)
+        self.dist = distributed.setup(self.device)
+        if self.dist.enabled and self.device.type == "cuda":
+            self.device = torch.device("cuda", self.dist.local_rank)
+            torch.cuda.set_device(self.device)
+        latest = CheckpointManager(self.run_dir, keep_last=cfg.train.keep_last).latest()
+        if latest is not None and not resume:
+            raise TrainingError(f"{self.run_dir} already holds checkpoints (latest {latest.name}); continue it with "
+                                f"`seqmap train --resume {self.run_dir}`, or choose another --run-dir")
+        if resume and latest is None:
+            raise TrainingError(f"--resume: no checkpoint in {self.run_dir / 'checkpoints'} to resume from")
+        self.log = RunLog(self.run_dir, enabled=self.dist.is_main, stream=stream)
+        seed_everything(cfg.train.seed)
+
+        # data: rank 0 trains the tokenizer and fills the cache, the others then read them
+        load = load_lm if cfg.data.task == "lm" else load_translation
+        if not self.dist.is_main:
+            distributed.barrier(self.dist)
+        self.data = load(cfg.data, self.run_dir, self.log.info)
+        if self.dist.is_main:
+            distributed.barrier(self.dist)
+        src_tok = getattr(self.data, "src_tok", None)
+        tgt_tok = self.data.tgt_tok if cfg.data.task == "translation" else self.data.tok
+        model_cfg = dataclasses.replace(cfg.model, src_vocab=src_tok.vocab_size if src_tok else 0,
+                                        tgt_vocab=tgt_tok.vocab_size, pad_id=PAD)
+        self.cfg = dataclasses.replace(cfg, model=model_cfg)
+        if self.dist.is_main:
+            save_config(self.cfg, self.run_dir / "config.yaml")
+
+        seed_everything(cfg.train.seed)  # identical initial weights on every rank
+        self.model = build_model(self.cfg.model).to(self.device)
+        self.ddp = (nn.parallel.DistributedDataParallel(self.model, device_ids=[self.device] if self.device.type
+                                                         == "cuda" else None) if self.dist.enabled else self.model)
+        t = self.cfg.train
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, betas=tuple(t.betas),
+                                           weight_decay=t.weight_decay)
+        params = dict(warmup=t.warmup, lr=t.lr)
+        if t.schedule == "cosine":
+            if t.max_steps <= 0:
+                raise TrainingError("train.schedule=cosine needs train.max_steps (the step where it ends)")
+            params.update(total=t.max_steps, min_lr=t.min_lr)
+        self.schedule = make_schedule(t.schedule, **params)
+        self.amp_dtype = autocast_dtype(t.precision, self.device)
+        self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
+        self.checkpoints = CheckpointManager(
+            self.run_dir, keep_last=t.keep_last, metric=t.early_stopping,
+            mode="max" if t.early_stopping in ("bleu", "chrf") else "min")
+        self.state = {"step": 0, "data": {"epoch": 0, "batch": 0}, "best": None, "bad_validations": 0,
+                      "skipped_steps": 0, "train_seconds": 0.0, "tokens": 0}
+        if resume:
+            loaded = load_checkpoint(latest, model=self.model, optimizer=self.optimizer, restore_rng=True)
+            self.state.update(loaded.trainer_state)
+            self.log.info(f"resumed from {latest} at step {self.state['step']}")
+        n_params = sum(p.numel() for p in self.model.parameters())
+        self.log.info(f"model: {self.cfg.model.family}, {n_params / 1e6:.2f}M parameters, device {self.device}"
+                      f"{f', {self.dist.world_size} processes' if self.dist.enabled else ''}")
+
+    # -- batches ------------------------------------------------------------------------
+    def _translation_batches(self):
+        t, train = self.cfg.train, self.data.train
+        src_len = [len(s) for s, _ in train]
+        tgt_len = [len(t_) + 1 for _, t_ in train]
+
+        def batches_fn(epoch: int):
+            batches = token_budget_batches(src_len, tgt_len, t.max_tokens, shuffle=True, seed=t.seed, epoch=epoch)
+            return shard(batches, self.dist.rank, self.dist.world_size)
+
+        iterator = EpochIterator(batches_fn, **self.state["data"],
+                                 max_epochs=t.max_epochs if t.max_epochs > 0 else None)
+        for epoch, _, indices in iterator:
+            self.state["data"] = iterator.state_dict()
+            self.state["epoch"] = epoch
+            yield collate_pairs([train[i] for i in indices])
+
+    def _lm_batches(self):
+        """nanoGPT-style random windows; the generator is seeded by the step, so resuming is exact."""
+        t, stream = self.cfg.train, torch.tensor(self.data.train)
+        tokens_per_epoch = max(1, len(stream) // (t.batch_size * self.cfg.data.context * self.dist.world_size))
+        micro = self.state["step"] * t.accum_steps
+        while True:
+            g = torch.Generator().manual_seed(t.seed * 1_000_003 + micro * self.dist.world_size + self.dist.rank)
+            inputs, targets = lm_random_chunks(stream, self.cfg.data.context, t.batch_size, g)
+            self.state["epoch"] = micro // tokens_per_epoch
+            if t.max_epochs > 0 and self.state["epoch"] >= t.max_epochs:
+                return
+            micro += 1
+            yield Batch.from_lm_windows(inputs, targets, pad_id=PAD)
+
+    # -- one optimiser step ---------------------------------------------------------------
+    def _step(self, micro_batches: list[Batch]) -> tuple[float, float, int] | None:
+        """Forward/backward over the micro-batches, then one update. Returns (loss, nll, tokens) or None if skipped."""
+        t = self.cfg.train
+        n_tokens = sum(b.n_tokens for b in micro_batches)
+        global_tokens = distributed.all_reduce_sum([float(n_tokens)], self.dist, self.device)[0]
+        loss_total = nll_total = 0.0
+        self.ddp.train()
+        for i, batch in enumerate(micro_batches):
+            batch = batch.to(self.device)
+            last = i == len(micro_batches) - 1
+            sync = nullcontext() if last or not self.dist.enabled else self.ddp.no_sync()
+            amp = (torch.autocast(self.device.type, dtype=self.amp_dtype) if self.amp_dtype else nullcontext())
+            with sync, amp:
+                logits = self.ddp(batch.src, batch.src_mask, batch.tgt_in)
+                loss, nll, _ = label_smoothed_nll(logits, batch.tgt_out, PAD, t.label_smoothing)
+                # DDP averages gradients over ranks; scale so the result is sum(loss) / all tokens
+                scaled = loss * (self.dist.world_size / global_tokens)
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            loss_total += loss.item()
+            nll_total += nll.item()
+        loss_total, nll_total = distributed.all_reduce_sum([loss_total, nll_total], self.dist, self.device)
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = (nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm) if t.clip_norm > 0
+                     else torch.tensor(0.0))
+        finite = math.isfinite(loss_total) and bool(torch.isfinite(grad_norm))
+        if not finite and not self.scaler:
+            self.optimizer.zero_grad(set_to_none=True)
+            return None
+        set_lr(self.optimizer, self.schedule(self.state["step"] + 1))
+        if self.scaler:
+            self.scaler.step(self.optimizer)  # skips the update itself on inf/NaN gradients
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if not finite:
+            return None
+        return loss_total / global_tokens, nll_total / global_tokens, int(global_tokens)
+
+    # -- the loop -----------------------------------------------------------------------
+    def _should_stop(self) -> str | None:
+        t, s = self.cfg.train, self.state
+        if t.max_steps > 0 and s["step"] >= t.max_steps:
+            return f"reached train.max_steps={t.max_steps}"
+        if t.max_time > 0 and s["train_seconds"] >= 60 * t.max_time:
+            return f"reached train.max_time={t.max_time} minutes"
+        if t.patience > 0 and s["bad_validations"] >= t.patience:
+            return f"no better {t.early_stopping} in {t.patience} validations (train.patience)"
+        return None
+
+    def run(self) -> dict:
+        t, s = self.cfg.train, self.state
+        batches = self._lm_batches() if self.cfg.data.task == "lm" else self._translation_batches()
+        bar = tqdm(total=t.max_steps or None, initial=s["step"], disable=not self.dist.is_main,
+                   unit="step", dynamic_ncols=True, mininterval=1.0)
+        window_tokens, window_time, bad_in_a_row = 0, 0.0, 0
+        stop_reason = self._should_stop()
+        last_valid_step = -1
+        while stop_reason is None:
+            start = time.perf_counter()  # tokens/s counts batching too
+            micro = [b for _, b in zip(range(t.accum_steps), batches)]
+            if not micro:
+                stop_reason = f"reached train.max_epochs={t.max_epochs}"
+                break
+            result = self._step(micro)
+            elapsed = time.perf_counter() - start
+            s["train_seconds"] += elapsed
+            if result is None:
+                s["skipped_steps"] += 1
+                bad_in_a_row += 1
+                self.log.info(f"step {s['step'] + 1}: loss or gradient is NaN/inf, update skipped "
+                              f"({bad_in_a_row} in a row, {s['skipped_steps']} in all)")
+                if bad_in_a_row >= t.max_bad_steps:
+                    self._validate_and_save()
+                    raise TrainingError(
+                        f"{bad_in_a_row} steps in a row had a NaN/inf loss (train.max_bad_steps); the last good "
+                        f"weights are saved in {self.run_dir / 'checkpoints'}. Lower train.lr, raise train.warmup, "
+                        "or use train.precision=fp32")
+                continue
+            bad_in_a_row = 0
+            loss, nll, tokens = result
+            s["step"] += 1
+            s["tokens"] += tokens
+            window_tokens += tokens
+            window_time += elapsed
+            lr = self.optimizer.param_groups[0]["lr"]
+            bar.update(1)
+            if s["step"] % t.log_every == 0 or s["step"] == 1:
+                tok_s = window_tokens / max(window_time, 1e-9)
+                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:.0f}")
+                self.log.metrics("train", s["step"], loss=loss, nll=nll, ppl=math.exp(min(nll, 50)), lr=lr,
+                                 tokens_per_s=tok_s, epoch=s.get("epoch", 0))
+                self.log.info(f"step {s['step']} epoch {s.get('epoch', 0)} loss {loss:.4f} ppl "
+                              f"{math.exp(min(nll, 50)):.2f} lr {lr:.2e} {tok_s:.0f} tok/s")
+                window_tokens, window_time = 0, 0.0
+            stop_reason = self._should_stop()
+            if s["step"] % t.valid_every == 0 or stop_reason is not None:
+                self._validate_and_save()
+                last_valid_step = s["step"]
+                stop_reason = self._should_stop()
+            stop_reason = self._broadcast_stop(stop_reason)
+        bar.close()
+        if last_valid_step != s["step"] and s["step"] > 0:
+            self._validate_and_save()
+        self.log.info(f"training stopped: {stop_reason}; {s['step']} steps, "
+                      f"{s['train_seconds'] / 60:.1f} min, {s['skipped_steps']} skipped steps")
+        return {"step": s["step"], "best": s["best"], "stop_reason": stop_reason,
+                "train_seconds": s["train_seconds"], "tokens": s["tokens"]}
+
+    def _broadcast_stop(self, reason: str | None) -> str | None:
+        stop = distributed.broadcast_flag(reason is not None, self.dist, self.device)
+        return (reason or "stopped by rank 0") if stop else None
+
+    def _validate_and_save(self) -> None:
+        s, t = self.state, self.cfg.train
+        if self.dist.is_main:
+            metrics = validate(self.model, self.data, self.cfg, self.device, self.log.info)
+            self.log.metrics("valid", s["step"], **metrics)
+            value = metrics.get(t.early_stopping)
+            better = value is not None and (s["best"] is None or (
+                value > s["best"] if t.early_stopping in ("bleu", "chrf") else value < s["best"]))
+            if better:
+                s["best"], s["bad_validations"] = value, 0
+            else:
+                s["bad_validations"] += 1
+            self.checkpoints.save(s["step"], metric_value=value, model=self.model, optimizer=self.optimizer,
+                                  trainer_state=dict(s), config=to_dict(self.cfg),
+                                  tokenizer_dir=self.run_dir / "tokenizer")
+        s["bad_validations"] = int(distributed.all_reduce_sum(
+            [float(s["bad_validations"]) if self.dist.is_main else 0.0], self.dist, self.device)[0])
+        distributed.barrier(self.dist)
+
+    def close(self) -> None:
+        self.log.close()
+        distributed.teardown(self.dist)
+
+
+def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, stream=None) -> dict:
+    """Train ``cfg`` into ``run_dir`` (or continue the run there with ``resume=True``)."""
+    trainer = Trainer(cfg, Path(run_dir), resume=resume, stream=stream)
+    try:
+        return trainer.run()
+    finally:
+        trainer.close()

@@ -1,0 +1,81 @@
+"""Validation: loss and perplexity from summed NLL, BLEU/chrF from real decoding, examples in the log.
+
+Perplexity is exp(sum of NLL / number of target tokens) over the whole set, never
+an average of batch averages. ``loss`` here is that per-token NLL (no label
+smoothing), so it is comparable across runs with different smoothing.
+"""
+
+from __future__ import annotations
+
+
+import torch
+
+from seqmap import metrics as mt
+from seqmap.config import RunConfig
+from seqmap.data.batching import Batch, collate_pairs, lm_chunks, token_budget_batches
+from seqmap.data.tokenizers import PAD
+from seqmap.decoding.text import translate_ids
+from seqmap.training.loss import label_smoothed_nll
+
+
+@torch.no_grad()
+def summed_nll(model, batches, device) -> tuple[float, int]:
+    """(sum of target-token NLL, number of target tokens) over batches."""
+    nll_sum, n_tokens = 0.0, 0
+    for batch in batches:
+        batch = batch.to(device)
+        logits = model(batch.src, batch.src_mask, batch.tgt_in)
+        _, nll, n = label_smoothed_nll(logits, batch.tgt_out, PAD, 0.0)
+        nll_sum += nll.item()
+        n_tokens += n
+    return nll_sum, n_tokens
+
+
+def translation_batches(pairs, max_tokens: int):
+    src_len = [len(s) for s, _ in pairs]
+    tgt_len = [len(t) + 1 for _, t in pairs]
+    for indices in token_budget_batches(src_len, tgt_len, max_tokens, shuffle=False):
+        yield collate_pairs([pairs[i] for i in indices])
+
+
+def lm_batches(stream: list[int], context: int, batch_size: int):
+    inputs, targets = lm_chunks(stream, context, pad_id=PAD)
+    for i in range(0, inputs.size(0), batch_size):
+        yield Batch.from_lm_windows(inputs[i:i + batch_size], targets[i:i + batch_size], pad_id=PAD)
+
+
+def validate(model, data, cfg: RunConfig, device, log) -> dict:
+    """Metrics on the validation split: loss, ppl, and for translation (if enabled) bleu, chrf."""
+    was_training = model.training
+    model.eval()
+    try:
+        if cfg.data.task == "lm":
+            batches = lm_batches(data.valid, cfg.data.context, cfg.train.batch_size)
+        else:
+            batches = translation_batches(data.valid, cfg.train.max_tokens)
+        nll_sum, n_tokens = summed_nll(model, batches, device)
+        out = {"loss": nll_sum / max(n_tokens, 1), "ppl": mt.perplexity(nll_sum, n_tokens), "tokens": n_tokens}
+        if cfg.data.task == "translation" and cfg.train.valid_bleu and data.valid:
+            out.update(_decode_and_score(model, data, cfg, device, log))
+    finally:
+        model.train(was_training)
+    shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in out.items()
+                      if k not in ("bleu_signature", "chrf_signature"))
+    log(f"validation: {shown}")
+    return out
+
+
+def _decode_and_score(model, data, cfg: RunConfig, device, log) -> dict:
+    d = cfg.decode
+    hyp_ids = translate_ids(model, [s for s, _ in data.valid], max_tokens=d.max_tokens, max_len_a=d.max_len_a,
+                            max_len_b=d.max_len_b, device=device)
+    hyps = [data.tgt_tok.decode(h) for h in hyp_ids]
+    refs = [t for _, t in data.valid_text]
+    tok = mt.tokenizer_for(cfg.data.tgt_lang)
+    bleu, chrf = mt.bleu(hyps, refs, tokenize=tok), mt.chrf(hyps, refs)
+    for (src, ref), hyp in list(zip(data.valid_text, hyps))[: cfg.train.valid_examples]:
+        log(f"  source     {src}\n           reference  {ref}\n           hypothesis {hyp}")
+    return {"bleu": bleu.value, "chrf": chrf.value, "bleu_signature": bleu.signature,
+            "chrf_signature": chrf.signature}
+
+
