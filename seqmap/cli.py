@@ -96,10 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
 
     toy = commands.add_parser(
-        "toy", allow_abbrev=False, help="train and evaluate a model on a synthetic task (copy, reverse, sort)",
-        description="Train a model on a synthetic task, then decode a held-out set greedily and report "
+        "toy", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="train and evaluate a model on a synthetic task (copy, reverse, sort)",
+        description="Train a model on a synthetic task, then decode a held-out set greedily and report\n"
                     "exact-match and token accuracy. Override any config key with --section.key VALUE.",
-        epilog="example: seqmap toy configs/toy/reverse_transformer.yaml --toy.steps 300 --model.d_model 64")
+        epilog="example:\n  seqmap toy configs/toy/reverse_transformer.yaml --toy.steps 300 --model.d_model 64")
     toy.add_argument("config", help="YAML file with model: and toy: sections")
     toy.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     toy.set_defaults(handler=cmd_toy)

@@ -86,15 +86,16 @@ def _sep_id(cfg: ToyConfig) -> int:
 
 def _with_vocab(model_cfg: ModelConfig, cfg: ToyConfig) -> ModelConfig:
     """Fill in the vocabulary sizes the task needs; reject a config that sets other ones."""
-    need = {"src_vocab": cfg.vocab, "tgt_vocab": cfg.vocab + (model_cfg.family == "lm"), "pad_id": PAD}
     if model_cfg.family == "lm":
-        need["src_vocab"] = 0 if model_cfg.src_vocab == 0 else need["tgt_vocab"]
+        need = {"tgt_vocab": cfg.vocab + 1}  # + the separator; an LM has no source vocabulary
+    else:
+        need = {"src_vocab": cfg.vocab, "tgt_vocab": cfg.vocab}
     for name, value in need.items():
         given = getattr(model_cfg, name)
-        if name != "pad_id" and given not in (0, value):
+        if given not in (0, value):
             raise ConfigError(f"model.{name} = {given} does not fit toy.vocab = {cfg.vocab}; "
                               f"leave model.{name} unset (0) and it is set from the task")
-    return dataclasses.replace(model_cfg, **need)
+    return dataclasses.replace(model_cfg, pad_id=PAD, **need)
 
 
 def lm_sequences(batch: Batch, sep: int) -> tuple[Tensor, Tensor]:
@@ -150,7 +151,12 @@ def _decode(model: nn.Module, batch: Batch, family: str, sep: int, max_len: int)
 
 
 def evaluate(model: nn.Module, task: SyntheticTask, cfg: ToyConfig, family: str) -> dict:
-    """Decode ``cfg.eval_size`` held-out sequences; exact-match and token accuracy, plus examples."""
+    """Decode ``cfg.eval_size`` held-out sequences greedily and score them.
+
+    Exact match: the hypothesis (cut at its EOS) equals the reference. Token
+    accuracy: the share of reference positions, EOS included, where the
+    hypothesis has the same token.
+    """
     sep = _sep_id(cfg)
     batch_size = min(cfg.eval_size, 250)
     n_batches = math.ceil(cfg.eval_size / batch_size)
