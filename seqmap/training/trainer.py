@@ -296,6 +296,25 @@ class Trainer:
             [float(s["bad_validations"]) if self.dist.is_main else 0.0], self.dist, self.device)[0])
         distributed.barrier(self.dist)
 
+    def test(self) -> dict | None:
+        """Score the best checkpoint on the test split (translation with test data; main process only)."""
+        test = getattr(self.data, "test_text", None)
+        if not self.dist.is_main or not test:
+            return None
+        from seqmap.evaluation import evaluate_pairs
+        from seqmap.runs import LoadedRun
+
+        best = self.checkpoints.best() or self.checkpoints.latest()
+        load_checkpoint(best, model=self.model)
+        run = LoadedRun(self.cfg, self.model.eval(), self.data.src_tok, self.data.tgt_tok, best, self.device)
+        result = evaluate_pairs(run, [s for s, _ in test], [t for _, t in test], out=self.run_dir / "test.hyp")
+        self.log.metrics("test", self.state["step"], **result)
+        self.log.info(f"test ({len(test)} sentences, {best.name}): BLEU {result['bleu']:.2f} chrF "
+                      f"{result['chrf']:.2f} TER {result['ter']:.2f} ppl {result['ppl']:.2f}")
+        self.log.info(f"  {result['bleu_signature']}")
+        self.log.info(f"  hypotheses in {self.run_dir / 'test.hyp'}")
+        return result
+
     def close(self) -> None:
         self.log.close()
         distributed.teardown(self.dist)
@@ -305,6 +324,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, stream=N
     """Train ``cfg`` into ``run_dir`` (or continue the run there with ``resume=True``)."""
     trainer = Trainer(cfg, Path(run_dir), resume=resume, stream=stream)
     try:
-        return trainer.run()
+        result = trainer.run()
+        result["test"] = trainer.test()
+        return result
     finally:
         trainer.close()

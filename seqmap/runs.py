@@ -1,0 +1,68 @@
+"""Open a trained run for use: ``translate``, ``evaluate``, ``generate`` need nothing but the run directory.
+
+A checkpoint carries its own config and tokenizer, so a run directory (its best
+or last checkpoint) or a single checkpoint directory is enough.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from seqmap.config import ConfigError, RunConfig, from_dict
+from seqmap.data.tokenizers import Tokenizer, load_pair
+from seqmap.models.builder import build_model
+from seqmap.training.checkpoint import MODEL_FILE, TOKENIZER_DIR, CheckpointManager, load_checkpoint, read_config
+
+
+class RunError(ValueError):
+    """The run directory or checkpoint cannot be used; the message says why."""
+
+
+@dataclass
+class LoadedRun:
+    cfg: RunConfig
+    model: nn.Module
+    src_tok: Tokenizer | None  # None for a language model
+    tgt_tok: Tokenizer
+    checkpoint: Path
+    device: torch.device
+
+
+def find_checkpoint(path: str | Path, which: str = "best") -> Path:
+    """The checkpoint directory for ``path``: itself if it is one, else the run's best or last."""
+    path = Path(path)
+    if (path / MODEL_FILE).exists():
+        return path
+    if not path.is_dir():
+        raise RunError(f"{path} is not a run directory or a checkpoint directory")
+    manager = CheckpointManager(path)
+    if which not in ("best", "last"):
+        raise RunError(f"--checkpoint must be best, last or a checkpoint directory, got {which!r}")
+    found = manager.best() if which == "best" else manager.latest()
+    found = found or manager.latest()
+    if found is None:
+        raise RunError(f"{path} holds no checkpoint (looked in {path / 'checkpoints'}); train first with "
+                       "`seqmap train CONFIG --run-dir " + str(path) + "`")
+    return found
+
+
+def load_run(path: str | Path, which: str = "best", device: str | torch.device = "cpu") -> LoadedRun:
+    """Rebuild the model from a checkpoint's own config and load its weights and tokenizer."""
+    checkpoint = find_checkpoint(path, which)
+    try:
+        cfg = from_dict(RunConfig, read_config(checkpoint))
+    except ConfigError as e:
+        raise RunError(f"{checkpoint / 'config.yaml'}: {e}") from None
+    tok_dir = checkpoint / TOKENIZER_DIR
+    if not tok_dir.exists():
+        tok_dir = checkpoint.parent.parent / "tokenizer"
+    src_tok, tgt_tok = load_pair(tok_dir)
+    model = build_model(cfg.model)
+    load_checkpoint(checkpoint, model=model)
+    device = torch.device(device)
+    model.to(device).eval()
+    return LoadedRun(cfg, model, None if cfg.data.task == "lm" else src_tok, tgt_tok, checkpoint, device)
