@@ -1,11 +1,17 @@
 """The ``seqmap`` command line: one subcommand per job.
 
-    seqmap toy CONFIG [--section.key VALUE ...]   train and evaluate on a synthetic task
-    seqmap --version
+    seqmap train CONFIG [--run-dir DIR] [--section.key VALUE ...]   train on your text
+    seqmap train --resume RUN_DIR [--section.key VALUE ...]         continue a run exactly
+    seqmap translate RUN_DIR [TEXT ...] [--input FILE]              translate (stdin if no text)
+    seqmap evaluate RUN_DIR --src FILE --ref FILE                   BLEU / chrF / TER / perplexity
+    seqmap generate RUN_DIR --prompt TEXT                           sample from a language model
+    seqmap average CHECKPOINT ... --out DIR                         average checkpoint weights
+    seqmap data list | download NAME | prepare NAME --from DIR      public corpora
+    seqmap toy CONFIG                                               a synthetic task in a minute
 
-Overrides are dotted config keys (``--toy.steps 200 --model.d_model 64``).
-User errors (a missing file, bad YAML, a wrong option) print one line to stderr
-and exit with status 2.
+Overrides are dotted config keys (``--train.lr 3e-4 --model.d_model 64``).
+User errors (a missing file, bad YAML, a wrong option, a broken checkpoint) print
+one line to stderr and exit with status 2.
 """
 
 from __future__ import annotations
@@ -78,6 +84,153 @@ def cmd_toy(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- train / resume -----------------------------------------------------------------------
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from seqmap.config import RunConfig, from_dict
+    from seqmap.training.trainer import train
+
+    _threads(args.threads)
+    if args.resume:
+        run_dir = Path(args.resume)
+        if args.config is not None:
+            raise UserError("give either CONFIG or --resume RUN_DIR (a resumed run reads RUN_DIR/config.yaml)")
+        if not (run_dir / "config.yaml").is_file():
+            raise UserError(f"--resume {run_dir}: no config.yaml there; is it a run directory?")
+        cfg = from_dict(RunConfig, read_config(str(run_dir / "config.yaml"), args.overrides))
+    else:
+        if args.config is None:
+            raise UserError("give a CONFIG file to train, or --resume RUN_DIR to continue a run")
+        cfg = from_dict(RunConfig, read_config(args.config, args.overrides))
+        run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / Path(args.config).stem
+    result = train(cfg, run_dir, resume=bool(args.resume))
+    test = result.get("test")
+    summary = {"run_dir": str(run_dir), "steps": result["step"], "best": result["best"],
+               "train_minutes": round(result["train_seconds"] / 60, 2), "stop": result["stop_reason"]}
+    if test:
+        summary.update(test_bleu=round(test["bleu"], 2), test_chrf=round(test["chrf"], 2))
+    print("result " + json.dumps(summary, ensure_ascii=False))
+    return 0
+
+
+# -- using a trained run ---------------------------------------------------------------------
+
+def _load(args: argparse.Namespace):
+    from seqmap.runs import load_run
+
+    _threads(getattr(args, "threads", None))
+    return load_run(args.run_dir, args.checkpoint, args.device)
+
+
+def _decode_config(run, args: argparse.Namespace):
+    from seqmap.config import DecodeConfig, from_dict, to_dict
+
+    values = to_dict(run.cfg.decode)
+    values.update({k: v for k, v in apply_overrides({"decode": {}}, args.overrides)["decode"].items()})
+    extra = [o for o in args.overrides if not o.lstrip("-").startswith("decode.")]
+    if extra and any(o.startswith("--") for o in extra):
+        raise UserError(f"only --decode.* options can be overridden here, got {extra[0]}")
+    return from_dict(DecodeConfig, values, "decode")
+
+
+def _read_inputs(args: argparse.Namespace) -> list[str]:
+    if args.text and args.input:
+        raise UserError("give sentences as arguments or --input FILE, not both")
+    if args.text:
+        return list(args.text)
+    if args.input:
+        from seqmap.data.corpus import read_lines
+
+        return read_lines(args.input, "--input")
+    if sys.stdin is None or sys.stdin.isatty():
+        raise UserError("nothing to translate: give TEXT arguments, --input FILE, or pipe sentences into stdin")
+    return [line.rstrip("\n") for line in sys.stdin]
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    from seqmap.decoding.text import translate_texts
+
+    run = _load(args)
+    if run.src_tok is None:
+        raise UserError(f"{args.run_dir} is a language model; use `seqmap generate` instead")
+    decode = _decode_config(run, args)
+    hyps = translate_texts(run.model, run.src_tok, run.tgt_tok, _read_inputs(args), max_tokens=decode.max_tokens,
+                           max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, device=run.device)
+    for hyp in hyps:
+        print(hyp)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from seqmap.evaluation import evaluate_files
+
+    run = _load(args)
+    if run.src_tok is None:
+        raise UserError(f"{args.run_dir} is a language model; evaluate needs a translation run")
+    out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")
+    result = evaluate_files(run, args.src, args.ref, _decode_config(run, args), out)
+    print(f"BLEU = {result['bleu']:.2f}   {result['bleu_signature']}")
+    print(f"chrF = {result['chrf']:.2f}   {result['chrf_signature']}")
+    print(f"TER  = {result['ter']:.2f}   {result['ter_signature']}")
+    print(f"reference perplexity = {result['ppl']:.2f}")
+    print(f"{result['sentences']} hypotheses written to {out}")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from seqmap.data.tokenizers import BOS, EOS
+    from seqmap.decoding.sampling import sample
+
+    run = _load(args)
+    decode = _decode_config(run, args)
+    ids = run.tgt_tok.encode(args.prompt) if args.prompt else []
+    prompt = torch.tensor([ids or [EOS]], device=run.device)  # an empty prompt starts after an end of line
+    if run.src_tok is not None:
+        raise UserError(f"{args.run_dir} is a translation model; use `seqmap translate` instead")
+    generator = torch.Generator(device=run.device).manual_seed(args.seed)
+    result = sample(run.model, None, None, bos=BOS, eos=EOS, max_len=decode.max_new_tokens, prompt=prompt,
+                    temperature=decode.temperature, top_k=decode.top_k, top_p=decode.top_p, generator=generator)
+    from seqmap.decoding.text import strip_output
+
+    print(args.prompt + run.tgt_tok.decode(strip_output(result.tokens[0].tolist())))
+    return 0
+
+
+def cmd_average(args: argparse.Namespace) -> int:
+    from seqmap.training.checkpoint import save_averaged
+
+    if len(args.checkpoints) < 2:
+        raise UserError("give at least two checkpoint directories to average")
+    out = save_averaged(args.checkpoints, args.out)
+    print(f"averaged {len(args.checkpoints)} checkpoints into {out}")
+    return 0
+
+
+# -- public corpora ----------------------------------------------------------------------------
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from seqmap.data import datasets
+
+    if args.action == "list":
+        for d in datasets.list_datasets():
+            where = "bundled" if d.bundled else "download"
+            print(f"{d.name:16s} {where:9s} {d.description} ({d.license})")
+        return 0
+    if args.name is None:
+        raise UserError(f"seqmap data {args.action} needs a dataset NAME (see `seqmap data list`)")
+    dest = Path(args.dest) if args.dest else Path("data") / args.name
+    if args.action == "download":
+        path = datasets.download(args.name, dest, base_url=args.base_url, force=args.force)
+    else:
+        if args.source is None:
+            raise UserError("seqmap data prepare needs --from DIR, a folder holding a copy of the files")
+        path = datasets.prepare(args.name, args.source, dest)
+    print(f"{args.name} ready in {path}")
+    return 0
+
+
 def _threads(threads: int | None) -> int:
     import torch
 
@@ -94,6 +247,84 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"seqmap {seqmap.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
+
+    train = commands.add_parser(
+        "train", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="train a model on your own text from one config file",
+        description="Train the model described by CONFIG (model:, data:, train:, decode: sections).\n"
+                    "The run directory gets the resolved config, tokenizer, log, metrics and checkpoints.\n"
+                    "Override any config key with --section.key VALUE.",
+        epilog="examples:\n  seqmap train configs/tatoeba_en_zh.yaml --run-dir runs/en-zh --train.max_steps 2000\n"
+               "  seqmap train --resume runs/en-zh\n"
+               "  torchrun --nproc_per_node 2 -m seqmap train CONFIG   (several processes / GPUs)")
+    train.add_argument("config", nargs="?", help="YAML run config")
+    train.add_argument("--run-dir", help="where the run is written (default: runs/CONFIG_NAME)")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    train.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    train.set_defaults(handler=cmd_train)
+
+    def run_parser(name: str, help_: str, description: str, epilog: str) -> argparse.ArgumentParser:
+        p = commands.add_parser(name, allow_abbrev=False, help=help_, description=description, epilog=epilog,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (or one checkpoint directory)")
+        p.add_argument("--checkpoint", default="best", help="best (default), last, or a checkpoint directory")
+        p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
+        p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+        return p
+
+    translate = run_parser(
+        "translate", "translate sentences with a trained run",
+        "Translate sentences given as arguments, in a file (--input), or on stdin, one per line.\n"
+        "Decoding options come from the run's config; override them with --decode.KEY VALUE.",
+        "examples:\n  seqmap translate runs/en-zh \"I love machine learning.\"\n"
+        "  seqmap translate runs/en-zh --input test.en > test.hyp")
+    translate.add_argument("text", nargs="*", help="sentences to translate")
+    translate.add_argument("--input", help="a file of sentences, one per line")
+    translate.set_defaults(handler=cmd_translate)
+
+    evaluate = run_parser(
+        "evaluate", "score a trained run on a test set (sacreBLEU BLEU, chrF, TER, perplexity)",
+        "Translate --src, score against --ref with sacreBLEU (BLEU tokenizer chosen by the target\n"
+        "language: zh for Chinese, 13a otherwise) and report the reference perplexity.",
+        "example:\n  seqmap evaluate runs/de-en --src data/multi30k/test2016.de --ref data/multi30k/test2016.en")
+    evaluate.add_argument("--src", required=True, help="source sentences, one per line")
+    evaluate.add_argument("--ref", required=True, help="reference translations, aligned with --src")
+    evaluate.add_argument("--out", help="where to write the hypotheses (default: RUN_DIR/eval/SRC.hyp)")
+    evaluate.set_defaults(handler=cmd_evaluate)
+
+    generate = run_parser(
+        "generate", "continue a prompt with a trained language model",
+        "Sample a continuation of --prompt (temperature, top-k, top-p from the run's decode config,\n"
+        "or --decode.temperature / --decode.top_k / --decode.top_p / --decode.max_new_tokens).",
+        "example:\n  seqmap generate runs/shakespeare --prompt \"ROMEO:\" --decode.max_new_tokens 300")
+    generate.add_argument("--prompt", default="", help="text to continue")
+    generate.add_argument("--seed", type=int, default=0, help="sampling seed (same seed, same text)")
+    generate.set_defaults(handler=cmd_generate)
+
+    average = commands.add_parser(
+        "average", allow_abbrev=False, help="average the weights of several checkpoints",
+        description="Average the weights of checkpoints of one run into a new checkpoint directory,\n"
+                    "usable with translate/evaluate like any other.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  seqmap average runs/en-zh/checkpoints/step-0* --out runs/en-zh/averaged")
+    average.add_argument("checkpoints", nargs="+", help="checkpoint directories (step-N)")
+    average.add_argument("--out", required=True, help="the new checkpoint directory")
+    average.set_defaults(handler=cmd_average)
+
+    data = commands.add_parser(
+        "data", allow_abbrev=False, help="list, download or prepare public corpora",
+        description="list: the corpora seqmap knows. download NAME: fetch and verify the public files.\n"
+                    "prepare NAME --from DIR: use a local copy instead (checksums verified).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  seqmap data download multi30k --dest data/multi30k\n"
+               "  seqmap data prepare ptb --from ~/corpora/ptb --dest data/ptb")
+    data.add_argument("action", choices=["list", "download", "prepare"])
+    data.add_argument("name", nargs="?", help="dataset name (see seqmap data list)")
+    data.add_argument("--dest", help="output folder (default: data/NAME)")
+    data.add_argument("--from", dest="source", help="prepare: folder with a local copy of the files")
+    data.add_argument("--base-url", help="download: a mirror with the same file layout")
+    data.add_argument("--force", action="store_true", help="download: fetch again even if files are present")
+    data.set_defaults(handler=cmd_data)
 
     toy = commands.add_parser(
         "toy", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -115,6 +346,18 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def _user_errors() -> tuple[type[Exception], ...]:
+    """Errors that mean "fix your input": one line on stderr, exit 2, no traceback."""
+    from seqmap.data.corpus import DataError
+    from seqmap.data.datasets import DatasetError
+    from seqmap.data.tokenizers import TokenizerError
+    from seqmap.runs import RunError
+    from seqmap.training.checkpoint import CheckpointError
+    from seqmap.training.trainer import TrainingError
+
+    return DataError, DatasetError, TokenizerError, RunError, CheckpointError, TrainingError
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, overrides = parser.parse_known_args(argv)
@@ -124,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     args.overrides = overrides
     try:
         return args.handler(args)
-    except (UserError, ConfigError) as e:
+    except (UserError, ConfigError, *_user_errors()) as e:
         print(f"seqmap: error: {e}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:

@@ -3,8 +3,16 @@
 import pytest
 
 from seqmap.config import (
-    ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig, apply_overrides, from_dict, load_config,
-    save_config, to_dict,
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    RunConfig,
+    TrainConfig,
+    apply_overrides,
+    from_dict,
+    load_config,
+    save_config,
+    to_dict,
 )
 
 

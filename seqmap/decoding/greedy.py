@@ -8,6 +8,7 @@ time, threading the decoder state through. A decoder-only model has no source
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -27,6 +28,15 @@ class GreedyResult(NamedTuple):
     tokens: Tensor
     scores: Tensor
     lengths: Tensor
+
+
+Choose = Callable[[Tensor], tuple[Tensor, Tensor]]  # log-probs (B, V) -> (tokens (B,), their log-probs (B,))
+
+
+def pick_best(log_probs: Tensor) -> tuple[Tensor, Tensor]:
+    """The greedy choice: the most likely token of each row."""
+    best_score, best = log_probs.max(dim=-1)
+    return best, best_score
 
 
 @torch.no_grad()
@@ -59,6 +69,14 @@ def greedy(
     Returns:
         GreedyResult(tokens (B, <= max_len), scores (B,), lengths (B,)).
     """
+    return decode_loop(model, src, src_mask, bos=bos, eos=eos, max_len=max_len, pad=pad, prompt=prompt,
+                       choose=pick_best)
+
+
+@torch.no_grad()
+def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int, eos: int, max_len: int,
+                pad: int = 0, prompt: Tensor | None = None, choose: Choose = pick_best) -> GreedyResult:
+    """One token per row per step, chosen by ``choose`` from the log-probabilities (greedy, sampling)."""
     if max_len < 1:
         raise ValueError(f"max_len must be >= 1, got {max_len}")
     if prompt is None:
@@ -77,7 +95,7 @@ def greedy(
     for _ in range(max_len):
         logits, state, _ = model.decode_step(step_input, memory, state)
         log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B, V)
-        best_score, best = log_probs.max(dim=-1)  # (B,), (B,)
+        best, best_score = choose(log_probs)  # (B,), (B,)
         best = best.masked_fill(finished, pad)
         scores += best_score.masked_fill(finished, 0.0)
         lengths += (~finished).long()

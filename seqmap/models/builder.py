@@ -9,11 +9,11 @@ from __future__ import annotations
 from torch import nn
 
 from seqmap.config import ConfigError, ModelConfig
+from seqmap.models.lm import DecoderOnlyLM
+from seqmap.models.transformer import Transformer, TransformerDecoder, TransformerEncoder
 from seqmap.nn.layers import DecoderLayer, EncoderLayer, FeedForward, TokenEmbedding, make_norm
 from seqmap.nn.multihead import MultiHeadAttention
 from seqmap.nn.positional import build_positional
-from seqmap.models.lm import DecoderOnlyLM
-from seqmap.models.transformer import Transformer, TransformerDecoder, TransformerEncoder
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:

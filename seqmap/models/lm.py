@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from seqmap.models.protocol import Memory
 from seqmap.nn.layers import EncoderLayer, TokenEmbedding
 from seqmap.nn.multihead import KVCache
 from seqmap.nn.positional import PositionalEncoding
-from seqmap.models.protocol import Memory
 
 
 @dataclass

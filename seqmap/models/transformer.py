@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from seqmap.models.protocol import Memory
 from seqmap.nn.attention import key_mask
 from seqmap.nn.layers import DecoderLayer, EncoderLayer, TokenEmbedding
 from seqmap.nn.multihead import KVCache
 from seqmap.nn.positional import PositionalEncoding
-from seqmap.models.protocol import Memory
 
 
 class TransformerEncoder(nn.Module):

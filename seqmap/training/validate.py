@@ -7,7 +7,6 @@ smoothing), so it is comparable across runs with different smoothing.
 
 from __future__ import annotations
 
-
 import torch
 
 from seqmap import metrics as mt

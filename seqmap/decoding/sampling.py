@@ -1,0 +1,57 @@
+"""Sampling: temperature, top-k and nucleus (top-p) filters as pure functions, and a sampler over the protocol.
+
+The filters map log-probabilities (B, V) to log-probabilities with the excluded
+tokens at -inf; the sampler draws from what is left with a seeded generator, so
+the same seed gives the same text.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from seqmap.decoding.greedy import GreedyResult, decode_loop
+
+
+def top_k_filter(log_probs: Tensor, k: int) -> Tensor:
+    """Keep the k most likely tokens of each row (k <= 0 keeps all)."""
+    if k <= 0 or k >= log_probs.size(-1):
+        return log_probs
+    kth = log_probs.topk(k, dim=-1).values[..., -1:]  # (B, 1)
+    return log_probs.masked_fill(log_probs < kth, float("-inf"))
+
+
+def top_p_filter(log_probs: Tensor, p: float) -> Tensor:
+    """Keep the smallest set of most likely tokens whose probability mass reaches p (p >= 1 keeps all)."""
+    if p >= 1.0:
+        return log_probs
+    sorted_lp, order = log_probs.sort(dim=-1, descending=True)
+    mass_before = sorted_lp.softmax(-1).cumsum(-1) - sorted_lp.softmax(-1)  # mass of strictly better tokens
+    drop_sorted = mass_before >= p  # the most likely token always stays (its mass_before is 0)
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return log_probs.masked_fill(drop, float("-inf"))
+
+
+def sampling_choice(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                    generator: torch.Generator | None = None):
+    """A ``choose`` function for ``decode_loop``: sample from the filtered, tempered distribution."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+
+    def choose(log_probs: Tensor) -> tuple[Tensor, Tensor]:
+        filtered = top_p_filter(top_k_filter(log_probs / temperature, top_k), top_p)
+        probs = filtered.softmax(-1)
+        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+        return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+    return choose
+
+
+@torch.no_grad()
+def sample(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int, eos: int, max_len: int, pad: int = 0,
+           prompt: Tensor | None = None, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+           generator: torch.Generator | None = None) -> GreedyResult:
+    """Sample a continuation per row; scores are the model's log-probabilities of the drawn tokens."""
+    choose = sampling_choice(temperature, top_k, top_p, generator)
+    return decode_loop(model, src, src_mask, bos=bos, eos=eos, max_len=max_len, pad=pad, prompt=prompt,
+                       choose=choose)
