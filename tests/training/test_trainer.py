@@ -1,0 +1,223 @@
+"""The training loop end to end on a tiny corpus: run directory, exact resume after SIGKILL,
+two processes equal one, NaN steps skipped, and the commands that use a trained run."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from seqmap.cli import main
+from seqmap.config import RunConfig, from_dict
+from seqmap.training import trainer as trainer_module
+from seqmap.training.runlog import read_metrics
+from seqmap.training.trainer import TrainingError, train
+
+LETTERS = "abcdefghij"
+
+
+def _reverse_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(n):
+        words = [rng.choice(LETTERS) for _ in range(rng.randint(2, 7))]
+        pairs.append((" ".join(words), " ".join(reversed(words))))
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    for split, n, seed in (("train", 400, 1), ("valid", 24, 2), ("test", 24, 3)):
+        pairs = _reverse_pairs(n, seed)
+        (root / f"{split}.src").write_text("".join(s + "\n" for s, _ in pairs))
+        (root / f"{split}.tgt").write_text("".join(t + "\n" for _, t in pairs))
+    return root
+
+
+def config(corpus: Path, **train) -> dict:
+    data = {"tokenizer": "word", "max_len": 32}
+    for split in ("train", "valid", "test"):
+        data[f"{split}_src"], data[f"{split}_tgt"] = str(corpus / f"{split}.src"), str(corpus / f"{split}.tgt")
+    t = {"max_steps": 30, "max_tokens": 200, "lr": 3e-3, "warmup": 5, "valid_every": 10, "log_every": 1,
+         "label_smoothing": 0.1, "seed": 3}
+    t.update(train)
+    return {"model": {"family": "transformer", "d_model": 32, "n_heads": 2, "d_ff": 64, "enc_layers": 1,
+                      "dec_layers": 1, "dropout": 0.1},
+            "data": data, "train": t}
+
+
+def write_config(tmp_path: Path, cfg: dict) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def train_losses(run_dir: Path) -> dict[int, float]:
+    """step -> train loss; a step logged twice (before a kill and after resume) keeps its last value."""
+    return {row["step"]: row["loss"] for row in read_metrics(run_dir, "train")}
+
+
+def test_run_directory_explains_itself(corpus, tmp_path):
+    result = train(from_dict(RunConfig, config(corpus)), tmp_path / "run", stream=open(os.devnull, "w"))
+    run = tmp_path / "run"
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["model"]["src_vocab"] > 10 and saved["model"]["tgt_vocab"] == saved["model"]["src_vocab"]
+    assert (run / "tokenizer" / "tokenizer.json").exists() and list((run / "cache").glob("*.npz"))
+    index = json.loads((run / "checkpoints" / "index.json").read_text())
+    assert index["last"] == "step-000030" and (run / "checkpoints" / "step-000030" / "model.safetensors").exists()
+    valid = read_metrics(run, "valid")
+    assert [v["step"] for v in valid] == [10, 20, 30]
+    assert {"loss", "ppl", "bleu", "chrf", "bleu_signature"} <= set(valid[0])
+    losses = train_losses(run)
+    assert sorted(losses) == list(range(1, 31)) and losses[30] < losses[1]
+    assert "source" in (run / "train.log").read_text()  # validation examples are logged
+    assert result["test"]["sentences"] == 24 and (run / "test.hyp").read_text().count("\n") == 24
+    assert "tok:13a" in result["test"]["bleu_signature"]
+
+
+def test_a_run_is_not_overwritten_and_resume_needs_a_checkpoint(corpus, tmp_path):
+    cfg = from_dict(RunConfig, config(corpus, max_steps=2, valid_every=2))
+    train(cfg, tmp_path / "run", stream=open(os.devnull, "w"))
+    with pytest.raises(TrainingError, match="--resume"):
+        train(cfg, tmp_path / "run", stream=open(os.devnull, "w"))
+    with pytest.raises(TrainingError, match="no checkpoint"):
+        train(cfg, tmp_path / "empty", resume=True, stream=open(os.devnull, "w"))
+
+
+def _seqmap(*args, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "seqmap", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def test_resume_after_sigkill_gives_the_losses_of_an_uninterrupted_run(corpus, tmp_path):
+    cfg_path = write_config(tmp_path, config(corpus, max_steps=60, valid_every=10))
+    straight = tmp_path / "straight"
+    assert _seqmap("train", str(cfg_path), "--run-dir", str(straight), "--threads", "1").wait(timeout=300) == 0
+
+    killed = tmp_path / "killed"
+    proc = _seqmap("train", str(cfg_path), "--run-dir", str(killed), "--threads", "1")
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if any(row["step"] >= 20 for row in read_metrics(killed, "valid")):
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    assert max(train_losses(killed)) < 60
+    resumed = _seqmap("train", "--resume", str(killed), "--threads", "1")
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+
+    expected, got = train_losses(straight), train_losses(killed)
+    assert sorted(got) == sorted(expected) == list(range(1, 61))
+    assert got == expected  # bit-for-bit: same batches, dropout masks and optimizer state
+
+
+def test_two_processes_take_the_step_of_one_process_with_the_same_global_batch(corpus, tmp_path):
+    cfg = config(corpus, max_steps=6, valid_every=100, valid_bleu=False)
+    cfg["model"]["dropout"] = 0.0  # ranks draw their own dropout masks; compare the maths, not the RNG
+    single = tmp_path / "single"
+    cfg_path = write_config(tmp_path, cfg)
+    one = _seqmap("train", str(cfg_path), "--run-dir", str(single), "--train.accum_steps", "2", "--threads", "1")
+    assert one.wait(timeout=300) == 0, one.stderr.read()
+    double = tmp_path / "double"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          "-m", "seqmap", "train", str(cfg_path), "--run-dir", str(double), "--threads", "1"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "2 processes" in (double / "train.log").read_text()
+    expected, got = train_losses(single), train_losses(double)
+    assert sorted(got) == list(range(1, 7))
+    for step in expected:
+        assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6), step
+
+
+def test_nan_steps_are_skipped_and_persistent_nan_stops_with_a_clear_message(corpus, tmp_path, monkeypatch):
+    real = trainer_module.label_smoothed_nll
+    calls = {"n": 0}
+
+    def sometimes_nan(logits, *args, **kwargs):
+        calls["n"] += 1
+        loss, nll, n = real(logits, *args, **kwargs)
+        return (loss * float("nan"), nll, n) if calls["n"] in (3, 4) else (loss, nll, n)
+
+    monkeypatch.setattr(trainer_module, "label_smoothed_nll", sometimes_nan)
+    result = train(from_dict(RunConfig, config(corpus, max_steps=8, valid_every=100, valid_bleu=False)),
+                   tmp_path / "run", stream=open(os.devnull, "w"))
+    assert result["step"] == 8
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "update skipped (2 in a row, 2 in all)" in log
+
+    monkeypatch.setattr(trainer_module, "label_smoothed_nll",
+                        lambda logits, *a, **k: tuple((x * float("nan") if i == 0 else x)
+                                                      for i, x in enumerate(real(logits, *a, **k))))
+    with pytest.raises(TrainingError, match="3 steps in a row had a NaN/inf loss"):
+        train(from_dict(RunConfig, config(corpus, max_steps=8, max_bad_steps=3, valid_bleu=False)),
+              tmp_path / "run2", stream=open(os.devnull, "w"))
+    assert (tmp_path / "run2" / "checkpoints" / "index.json").exists()  # the last good weights are kept
+
+
+@pytest.fixture(scope="module")
+def trained_run(corpus, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("trained") / "run"
+    train(from_dict(RunConfig, config(corpus, max_steps=20, valid_every=10, keep_last=2)), run,
+          stream=open(os.devnull, "w"))
+    return run
+
+
+def test_translate_evaluate_and_average_commands(trained_run, corpus, tmp_path, capsys):
+    assert main(["translate", str(trained_run), "a b c", "d e"]) == 0
+    assert capsys.readouterr().out.count("\n") == 2  # one line per sentence, even an empty translation
+    assert main(["translate", str(trained_run), "--input", str(corpus / "test.src")]) == 0
+    assert capsys.readouterr().out.count("\n") == 24
+    out = tmp_path / "hyps.txt"
+    assert main(["evaluate", str(trained_run), "--src", str(corpus / "test.src"), "--ref", str(corpus / "test.tgt"),
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "BLEU = " in printed and "nrefs:1" in printed and "reference perplexity" in printed
+    assert out.read_text().count("\n") == 24
+    checkpoints = sorted(str(p) for p in (trained_run / "checkpoints").glob("step-*"))
+    assert len(checkpoints) == 2
+    assert main(["average", *checkpoints, "--out", str(tmp_path / "avg")]) == 0
+    assert main(["translate", str(tmp_path / "avg"), "a b"]) == 0
+
+
+def test_commands_report_user_errors_in_one_line(trained_run, corpus, tmp_path, capsys):
+    (tmp_path / "short.tgt").write_text("a\n")
+    assert main(["evaluate", str(trained_run), "--src", str(corpus / "test.src"),
+                 "--ref", str(tmp_path / "short.tgt")]) == 2
+    err = capsys.readouterr().err
+    assert "test.src" in err and "short.tgt" in err and "24" in err
+    assert main(["translate", str(tmp_path / "missing"), "x"]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+    assert main(["generate", str(trained_run), "--prompt", "a"]) == 2
+    assert "translation model" in capsys.readouterr().err
+    bad = write_config(tmp_path, {"model": {"famly": "rnn"}})
+    assert main(["train", str(bad)]) == 2
+    assert "did you mean model.family" in capsys.readouterr().err
+
+
+def test_language_model_trains_and_generates(tmp_path, capsys):
+    text = "to be or not to be, that is the question.\n" * 40
+    (tmp_path / "train.txt").write_text(text)
+    (tmp_path / "valid.txt").write_text(text[:400])
+    cfg = {"model": {"family": "lm", "d_model": 32, "n_heads": 2, "d_ff": 64, "dec_layers": 2, "dropout": 0.0},
+           "data": {"task": "lm", "tokenizer": "char", "train": str(tmp_path / "train.txt"),
+                    "valid": str(tmp_path / "valid.txt"), "context": 32},
+           "train": {"max_steps": 40, "batch_size": 8, "lr": 3e-3, "warmup": 5, "valid_every": 40, "log_every": 10}}
+    result = train(from_dict(RunConfig, cfg), tmp_path / "lm", stream=open(os.devnull, "w"))
+    assert result["step"] == 40
+    valid = read_metrics(tmp_path / "lm", "valid")[-1]
+    assert valid["ppl"] < 10  # 16 distinct characters; a model that learned nothing is near 16
+    assert main(["generate", str(tmp_path / "lm"), "--prompt", "to be", "--decode.max_new_tokens", "20",
+                 "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("to be") and len(out.strip()) > len("to be")
