@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from seqmap.nn.positional import POSITIONAL_KINDS
+from seqmap.nn.positional import POSITIONAL_KINDS, SINUSOIDAL_LAYOUTS
 
 
 class ConfigError(ValueError):
@@ -57,6 +57,7 @@ class ModelConfig:
     activation: str = "relu"  # feed-forward non-linearity: relu | gelu | swiglu
     positional: str = "sinusoidal"  # sinusoidal | learned | relative | t5 | rope | alibi | none
     max_len: int = 1024  # longest sequence for learned positions (others extrapolate)
+    sinusoidal_layout: str = "interleaved"  # sinusoidal: interleaved (sin, cos pairs) | split (sines, then cosines)
     relative_clip: int = 16  # relative (Shaw): offsets clipped to [-k, k]
     relative_values: bool = False  # relative (Shaw): also add relative embeddings to values
     t5_buckets: int = 32  # t5: relative-position buckets (half exact, half logarithmic)
@@ -82,6 +83,7 @@ class ModelConfig:
         _choice(s, "norm", self.norm, ("layernorm", "rmsnorm"))
         _choice(s, "activation", self.activation, ("relu", "gelu", "swiglu"))
         _choice(s, "positional", self.positional, POSITIONAL_KINDS)
+        _choice(s, "sinusoidal_layout", self.sinusoidal_layout, SINUSOIDAL_LAYOUTS)
         _choice(s, "rnn_cell", self.rnn_cell, ("rnn", "lstm", "gru"))
         _choice(s, "rnn_attention", self.rnn_attention, ("none", "bahdanau", "dot", "general", "concat"))
         for name in ("d_model", "n_heads", "d_ff", "dec_layers", "max_len", "emb_size", "hidden_size"):

@@ -61,7 +61,8 @@ def _decoder_layer(cfg: ModelConfig) -> DecoderLayer:
 def _positional(cfg: ModelConfig, causal: bool):
     return build_positional(cfg.positional, d_model=cfg.d_model, n_heads=cfg.n_heads, max_len=cfg.max_len,
                             causal=causal, relative_clip=cfg.relative_clip, relative_values=cfg.relative_values,
-                            t5_buckets=cfg.t5_buckets, t5_max_distance=cfg.t5_max_distance, rope_base=cfg.rope_base)
+                            t5_buckets=cfg.t5_buckets, t5_max_distance=cfg.t5_max_distance, rope_base=cfg.rope_base,
+                            sinusoidal_layout=cfg.sinusoidal_layout)
 
 
 def _output(cfg: ModelConfig, embedding: TokenEmbedding) -> nn.Linear:

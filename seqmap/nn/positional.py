@@ -45,13 +45,28 @@ class NoPositional(PositionalEncoding):
     """No position information at all (a bag of tokens; causal LMs still learn some)."""
 
 
-def sinusoidal_table(length: int, d_model: int, base: float = 10000.0) -> Tensor:
-    """(length, D) table: PE(pos, 2i) = sin(pos / base^(2i/D)), PE(pos, 2i+1) = cos(...)."""
+SINUSOIDAL_LAYOUTS = ("interleaved", "split")
+
+
+def sinusoidal_table(length: int, d_model: int, base: float = 10000.0, layout: str = "interleaved") -> Tensor:
+    """(length, D) table of sines and cosines at the frequencies w_i = base^(-2i/D), 0 <= i < D/2.
+
+    ``interleaved`` (Vaswani et al. 2017): PE(pos, 2i) = sin(pos w_i), PE(pos, 2i+1) = cos(pos w_i).
+    ``split`` (the layout of tensor2tensor, fairseq and Marian): the sines fill the first half of
+    the dimensions and the cosines the second, PE(pos, i) = sin(pos w_i), PE(pos, D/2 + i) =
+    cos(pos w_i). The two are the same columns in another order. ``split`` equals Hugging Face's
+    ``MarianMTModel`` table; fairseq and tensor2tensor also space their frequencies differently
+    (w_i = base^(-i/(D/2 - 1))), so they match it in layout only.
+    """
+    if layout not in SINUSOIDAL_LAYOUTS:
+        raise ValueError(f"unknown sinusoidal layout {layout!r}; choose one of {', '.join(SINUSOIDAL_LAYOUTS)}")
     pos = torch.arange(length, dtype=torch.float64)[:, None]  # float64 angles: exact at large positions
     inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     table = torch.zeros(length, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(pos * inv_freq)
     table[:, 1::2] = torch.cos(pos * inv_freq)[:, : d_model // 2]
+    if layout == "split":  # odd D: ceil(D/2) sines, then floor(D/2) cosines
+        table = torch.cat((table[:, 0::2], table[:, 1::2]), dim=1)
     return table.float()
 
 
@@ -59,18 +74,20 @@ class SinusoidalPositional(PositionalEncoding):
     """Vaswani et al. (2017): fixed sines and cosines added to the embeddings.
 
     The table is cached up to ``max_len`` and rebuilt larger on demand, so any
-    length works (extrapolation past the training length never errors).
+    length works (extrapolation past the training length never errors). ``layout``
+    orders its columns, see ``sinusoidal_table``.
     """
 
-    def __init__(self, d_model: int, max_len: int = 1024):
+    def __init__(self, d_model: int, max_len: int = 1024, layout: str = "interleaved"):
         super().__init__()
-        self.d_model = d_model
-        self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
+        self.d_model, self.layout = d_model, layout
+        self.register_buffer("table", sinusoidal_table(max_len, d_model, layout=layout), persistent=False)
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         end = offset + x.size(1)
         if end > self.table.size(0):
-            self.table = sinusoidal_table(max(end, 2 * self.table.size(0)), self.d_model).to(self.table.device)
+            length = max(end, 2 * self.table.size(0))
+            self.table = sinusoidal_table(length, self.d_model, layout=self.layout).to(self.table.device)
         return x + self.table[offset:end].to(x.dtype)
 
 
@@ -290,18 +307,20 @@ def build_positional(
     t5_buckets: int = 32,
     t5_max_distance: int = 128,
     rope_base: float = 10000.0,
+    sinusoidal_layout: str = "interleaved",
 ) -> PositionalEncoding:
     """One positional scheme for one layer stack (encoder or decoder), shared by its layers.
 
     ``causal`` tells a directional scheme (T5 buckets) whether it serves a causal
     stack. ``max_len`` bounds learned positions and sizes the first cached tables of
-    the others, which grow on demand. Valid kinds: see ``POSITIONAL_KINDS``.
+    the others, which grow on demand. ``sinusoidal_layout`` orders the sinusoidal
+    table's columns (``SINUSOIDAL_LAYOUTS``). Valid kinds: see ``POSITIONAL_KINDS``.
     """
     if d_model % n_heads:
         raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
     head_dim = d_model // n_heads
     if kind == "sinusoidal":
-        return SinusoidalPositional(d_model, max_len)
+        return SinusoidalPositional(d_model, max_len, layout=sinusoidal_layout)
     if kind == "learned":
         return LearnedPositional(max_len, d_model)
     if kind == "relative":
