@@ -69,3 +69,13 @@ def test_missing_and_broken_config_files(tmp_path):
     bad.write_text("model: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+def test_every_shipped_config_loads():
+    from pathlib import Path
+
+    configs = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+    assert len(configs) >= 5
+    for path in configs:
+        cfg = load_config(path)
+        assert isinstance(cfg, RunConfig), path

@@ -53,9 +53,18 @@ class TransformerState:
     memory_mask: Tensor | None  # (B, 1, 1, S)
     position: int = 0
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, *, same_sources: bool = False) -> None:
+        """Keep batch rows ``index`` (B',) in that order (in place).
+
+        same_sources: the caller promises that every row keeps its source
+        (row i and row index[i] read the same source, as when beam search
+        reorders the beams of each sentence among themselves), so the
+        cross-attention keys/values and the source mask stay as they are.
+        """
         for cache in self.caches:
             cache.reorder(index)
+        if same_sources:
+            return
         self.memory_kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory_kv]
         if self.memory_mask is not None:
             self.memory_mask = self.memory_mask.index_select(0, index)
@@ -119,6 +128,11 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor, src_mask: Tensor | None) -> Memory:
         states, _ = self.encoder(src, src_mask)
         return Memory(states=states, mask=src_mask)
+
+    def encoder_attention(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
+        """Encoder self-attention weights (B, L, H, S, S), for plots."""
+        _, weights = self.encoder(src, src_mask, need_weights=True)
+        return torch.stack(weights, dim=1)
 
     def decode_step(self, tokens: Tensor, memory: Memory, state: TransformerState | None = None, *,
                     need_attention: bool = False) -> tuple[Tensor, TransformerState, Tensor | None]:

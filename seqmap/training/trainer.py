@@ -38,7 +38,7 @@ from seqmap.training.checkpoint import CheckpointManager, load_checkpoint
 from seqmap.training.loss import label_smoothed_nll
 from seqmap.training.runlog import RunLog
 from seqmap.training.schedule import make_schedule, set_lr
-from seqmap.training.validate import validate
+from seqmap.training.validate import lm_batches, summed_nll, validate
 
 
 class TrainingError(RuntimeError):
@@ -151,12 +151,12 @@ class Trainer:
     def _lm_batches(self):
         """nanoGPT-style random windows; the generator is seeded by the step, so resuming is exact."""
         t, stream = self.cfg.train, torch.tensor(self.data.train)
-        tokens_per_epoch = max(1, len(stream) // (t.batch_size * self.cfg.data.context * self.dist.world_size))
+        batches_per_epoch = max(1, len(stream) // (t.batch_size * self.cfg.data.context * self.dist.world_size))
         micro = self.state["step"] * t.accum_steps
         while True:
             g = torch.Generator().manual_seed(t.seed * 1_000_003 + micro * self.dist.world_size + self.dist.rank)
             inputs, targets = lm_random_chunks(stream, self.cfg.data.context, t.batch_size, g)
-            self.state["epoch"] = micro // tokens_per_epoch
+            self.state["epoch"] = micro // batches_per_epoch
             if t.max_epochs > 0 and self.state["epoch"] >= t.max_epochs:
                 return
             micro += 1
@@ -259,12 +259,12 @@ class Trainer:
                 self.log.info(f"step {s['step']} epoch {s.get('epoch', 0)} loss {loss:.4f} ppl "
                               f"{math.exp(min(nll, 50)):.2f} lr {lr:.2e} {tok_s:.0f} tok/s")
                 window_tokens, window_time = 0, 0.0
-            stop_reason = self._should_stop()
+            # rank 0 decides (time limits differ slightly per rank); validation holds collectives
+            stop_reason = self._broadcast_stop(self._should_stop())
             if s["step"] % t.valid_every == 0 or stop_reason is not None:
                 self._validate_and_save()
                 last_valid_step = s["step"]
-                stop_reason = self._should_stop()
-            stop_reason = self._broadcast_stop(stop_reason)
+                stop_reason = self._broadcast_stop(self._should_stop())
         bar.close()
         if last_valid_step != s["step"] and s["step"] > 0:
             self._validate_and_save()
@@ -298,7 +298,8 @@ class Trainer:
 
     def test(self) -> dict | None:
         """Score the best checkpoint on the test split (translation with test data; main process only)."""
-        test = getattr(self.data, "test_text", None)
+        lm = self.cfg.data.task == "lm"
+        test = self.data.test if lm else self.data.test_text
         if not self.dist.is_main or not test:
             return None
         from seqmap.evaluation import evaluate_pairs
@@ -306,6 +307,13 @@ class Trainer:
 
         best = self.checkpoints.best() or self.checkpoints.latest()
         load_checkpoint(best, model=self.model)
+        if lm:
+            nll, n = summed_nll(self.model.eval(), lm_batches(test, self.cfg.data.context, self.cfg.train.batch_size),
+                                self.device)
+            result = {"loss": nll / n, "ppl": math.exp(nll / n), "tokens": n}
+            self.log.metrics("test", self.state["step"], **result)
+            self.log.info(f"test ({n} tokens, {best.name}): loss {result['loss']:.4f} ppl {result['ppl']:.2f}")
+            return result
         run = LoadedRun(self.cfg, self.model.eval(), self.data.src_tok, self.data.tgt_tok, best, self.device)
         result = evaluate_pairs(run, [s for s, _ in test], [t for _, t in test], out=self.run_dir / "test.hyp")
         self.log.metrics("test", self.state["step"], **result)

@@ -211,12 +211,13 @@ def test_language_model_trains_and_generates(tmp_path, capsys):
     (tmp_path / "valid.txt").write_text(text[:400])
     cfg = {"model": {"family": "lm", "d_model": 32, "n_heads": 2, "d_ff": 64, "dec_layers": 2, "dropout": 0.0},
            "data": {"task": "lm", "tokenizer": "char", "train": str(tmp_path / "train.txt"),
-                    "valid": str(tmp_path / "valid.txt"), "context": 32},
+                    "valid": str(tmp_path / "valid.txt"), "test": str(tmp_path / "valid.txt"), "context": 32},
            "train": {"max_steps": 40, "batch_size": 8, "lr": 3e-3, "warmup": 5, "valid_every": 40, "log_every": 10}}
     result = train(from_dict(RunConfig, cfg), tmp_path / "lm", stream=open(os.devnull, "w"))
     assert result["step"] == 40
     valid = read_metrics(tmp_path / "lm", "valid")[-1]
     assert valid["ppl"] < 10  # 16 distinct characters; a model that learned nothing is near 16
+    assert result["test"]["ppl"] == pytest.approx(valid["ppl"], rel=1e-4)  # test text = valid text here
     assert main(["generate", str(tmp_path / "lm"), "--prompt", "to be", "--decode.max_new_tokens", "20",
                  "--seed", "1"]) == 0
     out = capsys.readouterr().out

@@ -1,0 +1,47 @@
+"""The `data` and `plot` commands through the CLI entry point (the training commands: tests/training)."""
+
+from pathlib import Path
+
+import pytest
+from matplotlib.image import imread
+
+from seqmap.cli import main
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def test_data_list_names_every_corpus(capsys):
+    assert main(["data", "list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("multi30k", "ptb", "tatoeba-en-zh", "tinyshakespeare"):
+        assert name in out
+
+
+@pytest.mark.skipif(not (SHARED / "ptb").is_dir(), reason="the shared PTB copy is not next to the repository")
+def test_data_prepare_from_a_local_copy(tmp_path, capsys):
+    assert main(["data", "prepare", "ptb", "--from", str(SHARED / "ptb"), "--dest", str(tmp_path / "ptb")]) == 0
+    assert (tmp_path / "ptb" / "train.txt").read_text().count("\n") == 42068
+    assert "ready" in capsys.readouterr().out
+
+
+def test_data_errors_are_one_line(tmp_path, capsys):
+    assert main(["data", "prepare", "ptb", "--from", str(tmp_path / "nowhere")]) == 2
+    assert "nowhere" in capsys.readouterr().err
+    assert main(["data", "download", "multi31k"]) == 2
+    assert "multi30k" in capsys.readouterr().err  # the nearest name
+    assert main(["data", "prepare", "ptb"]) == 2
+    assert "--from" in capsys.readouterr().err
+
+
+def test_plot_positional_writes_an_image(tmp_path):
+    out = tmp_path / "positional.png"
+    assert main(["plot", "positional", "--d-model", "32", "--length", "40", "--out", str(out)]) == 0
+    image = imread(out)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_plot_needs_its_arguments(tmp_path, capsys):
+    assert main(["plot", "curves", "--out", str(tmp_path / "c.png")]) == 2
+    assert "RUN_DIR" in capsys.readouterr().err
+    assert main(["plot", "curves", str(tmp_path), "--out", str(tmp_path / "c.png")]) == 2
+    assert "metrics.jsonl" in capsys.readouterr().err
