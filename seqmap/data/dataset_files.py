@@ -1,0 +1,98 @@
+"""One file of a dataset: its upstream path and content checksum, reading and verifying it, writing it safely.
+
+A ``SourceFile``'s SHA-256 is of its content: the bytes after gunzip when they start with the gzip
+magic number, the bytes as they are otherwise (see "Checksums" in ``datasets.py``). Prepared files
+are written through a temporary name, so a reader never sees half a file. ``DatasetError`` and its
+subclasses are the errors of the dataset modules.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class DatasetError(Exception):
+    """A dataset could not be found, fetched, verified or written; the message says what to change."""
+
+
+class ChecksumError(DatasetError):
+    """A file's content does not have the recorded SHA-256 (or is broken gzip)."""
+
+
+class DownloadError(DatasetError):
+    """A file could not be fetched (network or HTTP error)."""
+
+
+class MissingFilesError(DatasetError):
+    """A local copy given to :func:`prepare` lacks some of the dataset's files."""
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One upstream file of a dataset.
+
+    Attributes:
+        path: where it lives under the dataset's base URL; its last part is the file name on disk.
+        sha256: SHA-256 of the content (after gunzip when the file is gzip), lowercase hex.
+        out: its name in the prepared layout, or "" when the dataset has its own writer.
+        bundled: the file in ``seqmap/data/bundled/`` holding a copy of it, or "" if none ships.
+    """
+
+    path: str
+    sha256: str
+    out: str = ""
+    bundled: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+def _content(raw: bytes, where: str) -> bytes:
+    """The content of a file's bytes: gunzipped when they start with the gzip magic number."""
+    if raw[:2] != GZIP_MAGIC:
+        return raw
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as err:
+        raise ChecksumError(f"{where} starts like a gzip file but does not decompress ({err})") from None
+
+
+def _verified(file: SourceFile, raw: bytes, where: str) -> bytes:
+    """The content of ``raw`` after checking it against ``file.sha256``."""
+    content = _content(raw, where)
+    actual = hashlib.sha256(content).hexdigest()
+    if actual != file.sha256:
+        raise ChecksumError(f"checksum mismatch for {where}: expected sha256 {file.sha256}, got {actual}")
+    return content
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A UTF-8 text file's content, gunzipped first when it is gzip (whatever its name)."""
+    return _content(Path(path).read_bytes(), str(path)).decode("utf-8")
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file, so a reader never sees half a file."""
+    tmp = _part_path(path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _part_path(path: Path) -> Path:
+    """A hidden temporary name next to ``path`` (created with the usual permissions, unlike mkstemp's 0600)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.part")
+
+
+def _write_lines(path: Path, lines: list[str]) -> None:
+    _write_file(path, "".join(line + "\n" for line in lines).encode("utf-8"))
