@@ -1,29 +1,80 @@
-"""Evaluate a trained run on a test set: decode, score with sacreBLEU, and measure reference perplexity.
+"""Evaluate a trained run on a test set: decode, score with sacreBLEU, measure reference perplexity, compare systems.
 
-BLEU, chrF and TER come from sacreBLEU with their signatures (BLEU's tokenizer
-chosen by the target language: ``zh`` for Chinese, ``13a`` otherwise), so a
-score can be reproduced by anyone. Perplexity is exp(summed NLL of the
-references / their tokens), from teacher forcing.
+Decoding follows the run's decode config (greedy, or beam search with its
+length penalty) unless another is given. BLEU, chrF and TER come from sacreBLEU
+with their signatures; BLEU's tokenizer is chosen by the target language
+(``zh`` for Chinese, ``13a`` otherwise) unless one is named (``intl``, ``char``,
+...), so a score can be reproduced by anyone. Perplexity is exp(summed NLL of
+the references / their tokens), from teacher forcing. ``compare`` runs
+sacreBLEU's paired bootstrap resampling test (Koehn 2004) between this run's
+hypotheses and another system's.
+
+n-best files hold one line per hypothesis, ``index ||| hypothesis ||| score``:
+the 0-based sentence index, the detokenized text and the normalized score
+(log-probability / GNMT length penalty) beam search ranked it by, best first
+within a sentence.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+
+from sacrebleu.metrics import BLEU
+from sacrebleu.significance import PairedTest
 
 from seqmap import metrics as mt
 from seqmap.config import DecodeConfig
-from seqmap.data.corpus import read_parallel
-from seqmap.decoding.text import translate_texts
+from seqmap.data.corpus import read_lines, read_parallel
+from seqmap.decoding.text import Scored, translate_texts
 from seqmap.runs import LoadedRun
 from seqmap.training.validate import summed_nll, translation_batches
 
 
-def score(hyps: list[str], refs: list[str], tgt_lang: str) -> dict:
+def bleu_tokenizer(tgt_lang: str, tokenize: str | None = None) -> str:
+    """The sacreBLEU tokenizer to use: ``tokenize`` if given, else the one for the target language."""
+    if tokenize is None:
+        return mt.tokenizer_for(tgt_lang)
+    if tokenize not in BLEU.TOKENIZERS:
+        raise ValueError(f"unknown BLEU tokenizer {tokenize!r}; sacreBLEU knows {sorted(BLEU.TOKENIZERS)}")
+    return tokenize
+
+
+def score(hyps: list[str], refs: list[str], tgt_lang: str, tokenize: str | None = None) -> dict:
     """BLEU, chrF and TER of hypotheses against references, with sacreBLEU signatures."""
-    bleu = mt.bleu(hyps, refs, tokenize=mt.tokenizer_for(tgt_lang))
+    bleu = mt.bleu(hyps, refs, tokenize=bleu_tokenizer(tgt_lang, tokenize))
     chrf, ter = mt.chrf(hyps, refs), mt.ter(hyps, refs)
     return {"bleu": bleu.value, "chrf": chrf.value, "ter": ter.value, "bleu_signature": bleu.signature,
             "chrf_signature": chrf.signature, "ter_signature": ter.signature}
+
+
+def compare(hyps: Sequence[str], other: Sequence[str], refs: Sequence[str], *, tokenize: str = "13a",
+            samples: int = 1000) -> dict:
+    """Paired bootstrap resampling test of BLEU, sacreBLEU's implementation, between ``hyps`` and ``other``.
+
+    Returns the BLEU of both systems, the p-value of the difference (the share
+    of resamples, out of ``samples``, whose difference is at least as large
+    by chance: small means significant), and the signature (it records the
+    seed, ``SACREBLEU_SEED``, 12345 unless set).
+    """
+    if not len(hyps) == len(other) == len(refs):
+        raise ValueError(f"compare needs as many hypotheses ({len(hyps)}), other hypotheses ({len(other)}) and "
+                         f"references ({len(refs)})")
+    test = PairedTest([("this", list(hyps)), ("other", list(other))], {"BLEU": BLEU(tokenize=tokenize)},
+                      [list(refs)], test_type="bs", n_samples=samples)
+    signatures, results = test()
+    this, that = results["BLEU"]
+    return {"bleu": this.score, "other_bleu": that.score, "p_value": that.p_value,
+            "signature": str(signatures["BLEU"])}
+
+
+def write_nbest(path: Path, nbest: Sequence[Sequence[Scored]]) -> Path:
+    """Write n-best lists as ``index ||| hypothesis ||| score`` lines (see the module docstring)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"{i} ||| {entry.output} ||| {entry.normalized:.6f}\n" for i, entries in enumerate(nbest)
+             for entry in entries]
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
 
 
 def reference_perplexity(run: LoadedRun, sources: list[str], refs: list[str], max_tokens: int) -> float:
@@ -33,21 +84,42 @@ def reference_perplexity(run: LoadedRun, sources: list[str], refs: list[str], ma
 
 
 def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: DecodeConfig | None = None,
-                   out: Path | None = None) -> dict:
-    """Translate ``sources``, write the hypotheses to ``out`` (one per line), and score them."""
+                   out: Path | None = None, *, n_best: int = 1, tokenize: str | None = None,
+                   compare_with: str | Path | None = None) -> dict:
+    """Translate ``sources``, write the hypotheses to ``out`` (one per line), and score them.
+
+    Args:
+        decode: how to decode (default: the run's decode config).
+        out: hypothesis file; with ``n_best > 1`` the n-best lists go beside it,
+            to ``out`` + ``.nbest`` (the result's ``nbest_file``).
+        n_best: hypotheses kept per sentence (needs ``decode.beam_size >= n_best``).
+        tokenize: sacreBLEU's BLEU tokenizer (default: by the run's target language).
+        compare_with: a file of another system's hypotheses, one per line: adds
+            ``compare`` (both BLEU scores and the paired bootstrap p-value).
+    """
     decode = decode or run.cfg.decode
-    hyps = translate_texts(run.model, run.src_tok, run.tgt_tok, sources, max_tokens=decode.max_tokens,
-                           max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, device=run.device)
+    tokenize = bleu_tokenizer(run.cfg.data.tgt_lang, tokenize)
+    other = None if compare_with is None else read_lines(compare_with, "--compare")
+    translated = translate_texts(run.model, run.src_tok, run.tgt_tok, sources, decode, n_best=n_best,
+                                 device=run.device)
+    hyps = translated if n_best == 1 else [entries[0].output for entries in translated]
+    result = {}
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    result = score(hyps, refs, run.cfg.data.tgt_lang)
+        if n_best > 1:
+            result["nbest_file"] = str(write_nbest(out.with_name(out.name + ".nbest"), translated))
+    result.update(score(hyps, refs, run.cfg.data.tgt_lang, tokenize))
     result["ppl"] = reference_perplexity(run, sources, refs, decode.max_tokens)
     result["sentences"] = len(hyps)
+    if other is not None:
+        result["compare"] = compare(hyps, other, refs, tokenize=tokenize)
     return result
 
 
 def evaluate_files(run: LoadedRun, src: str | Path, ref: str | Path, decode: DecodeConfig | None = None,
-                   out: Path | None = None) -> dict:
+                   out: Path | None = None, *, n_best: int = 1, tokenize: str | None = None,
+                   compare_with: str | Path | None = None) -> dict:
     pairs = read_parallel(src, ref, "--src", "--ref")
-    return evaluate_pairs(run, [s for s, _ in pairs], [r for _, r in pairs], decode, out)
+    return evaluate_pairs(run, [s for s, _ in pairs], [r for _, r in pairs], decode, out, n_best=n_best,
+                          tokenize=tokenize, compare_with=compare_with)

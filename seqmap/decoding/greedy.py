@@ -3,7 +3,8 @@
 Written once over the model protocol (``seqmap.models.protocol``), so it serves
 every family: encode the source once, then call ``decode_step`` one token at a
 time, threading the decoder state through. A decoder-only model has no source
-(``src=None``); give it a ``prompt`` instead.
+(``src=None``); give it a ``prompt`` instead. ``decode_loop`` is the shared loop;
+``choose`` picks the token (greedy here, sampling in ``seqmap.decoding.sampling``).
 """
 
 from __future__ import annotations
@@ -12,22 +13,28 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
 class GreedyResult(NamedTuple):
-    """What ``greedy`` returns.
+    """What ``greedy`` (and ``decode_loop``, ``sample``, ``BeamResult.best``) return.
 
     Attributes:
         tokens: (B, N) generated ids, N <= max_len. A row that finished holds its
-            EOS and then ``pad``; a row that hit ``max_len`` has no EOS.
+            EOS and then ``pad``; a row that hit its maximum length has no EOS.
         scores: (B,) sum of the log-probabilities of each row's tokens, EOS included.
         lengths: (B,) tokens per row, EOS included.
+        attention: (B, L, H, N, S) attention of the query that produced each token
+            (cross-attention over the source; a decoder-only model's self-attention
+            over the S keys seen so far, zero beyond those a step saw), zero after a
+            row's last token; None unless asked for, or when the model returns none.
     """
 
     tokens: Tensor
     scores: Tensor
     lengths: Tensor
+    attention: Tensor | None = None
 
 
 Choose = Callable[[Tensor], tuple[Tensor, Tensor]]  # log-probs (B, V) -> (tokens (B,), their log-probs (B,))
@@ -39,6 +46,45 @@ def pick_best(log_probs: Tensor) -> tuple[Tensor, Tensor]:
     return best, best_score
 
 
+def start_tokens(src: Tensor | None, prompt: Tensor | None, bos: int) -> Tensor:
+    """The first decoder input (B, P): the prompt, or one BOS per source row."""
+    if prompt is not None:
+        if prompt.dim() != 2 or prompt.size(1) == 0:
+            raise ValueError(f"prompt must be (B, P) with P >= 1, got shape {tuple(prompt.shape)}")
+        return prompt
+    if src is None:
+        raise ValueError("decoding needs a source or a prompt")
+    return torch.full((src.size(0), 1), bos, dtype=torch.long, device=src.device)
+
+
+def max_lengths(max_len: int | Tensor, batch: int) -> Tensor:
+    """Per-row maximum output length (B,) (long, CPU) from one int or a (B,) tensor; each must be >= 1."""
+    limits = torch.as_tensor(max_len, dtype=torch.long).cpu().flatten()
+    if limits.numel() == 1:
+        limits = limits.expand(batch)
+    if limits.numel() != batch:
+        raise ValueError(f"max_len has {limits.numel()} entries for a batch of {batch}")
+    if batch and int(limits.min()) < 1:
+        raise ValueError(f"max_len must be >= 1, got {int(limits.min())}")
+    return limits.clone()
+
+
+def last_query(attention: Tensor | None) -> Tensor | None:
+    """(B, L, H, t, S) attention of a decode step -> (B, L, H, 1, S) of its last new token (None passes)."""
+    return None if attention is None else attention[..., -1:, :]
+
+
+def pad_keys(attention: Tensor, keys: int) -> Tensor:
+    """Right-pad the key axis (last) of attention weights with zeros to ``keys`` (a decoder-only model's keys grow)."""
+    return F.pad(attention, (0, keys - attention.size(-1)))
+
+
+def stack_steps(steps: list[Tensor]) -> Tensor:
+    """Per-step attention (B, L, H, 1, S_i) -> (B, L, H, N, max S_i)."""
+    keys = max(a.size(-1) for a in steps)
+    return torch.cat([pad_keys(a, keys) for a in steps], dim=-2)
+
+
 @torch.no_grad()
 def greedy(
     model,
@@ -47,9 +93,10 @@ def greedy(
     *,
     bos: int,
     eos: int,
-    max_len: int,
+    max_len: int | Tensor,
     pad: int = 0,
     prompt: Tensor | None = None,
+    need_attention: bool = False,
 ) -> GreedyResult:
     """Decode a batch greedily.
 
@@ -60,48 +107,48 @@ def greedy(
         src_mask: (B, S) True at real source tokens, or None.
         bos: start-of-sequence id, fed first when there is no ``prompt``.
         eos: end-of-sequence id; a row is finished once it emits it.
-        max_len: most tokens to generate per row (EOS included).
+        max_len: most tokens to generate per row (EOS included): one int, or a
+            (B,) tensor of per-row limits (e.g. a * source length + b).
         pad: id written after a row's EOS.
         prompt: (B, P) forced first tokens, fed in one ``decode_step`` call
             (BOS included if the model expects it). Rows share one length P, so
             group prompts by length. Not part of the returned tokens.
+        need_attention: also return the attention of every step (see ``GreedyResult``).
 
     Returns:
-        GreedyResult(tokens (B, <= max_len), scores (B,), lengths (B,)).
+        GreedyResult(tokens (B, <= max_len), scores (B,), lengths (B,), attention).
     """
     return decode_loop(model, src, src_mask, bos=bos, eos=eos, max_len=max_len, pad=pad, prompt=prompt,
-                       choose=pick_best)
+                       choose=pick_best, need_attention=need_attention)
 
 
 @torch.no_grad()
-def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int, eos: int, max_len: int,
-                pad: int = 0, prompt: Tensor | None = None, choose: Choose = pick_best) -> GreedyResult:
+def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int, eos: int, max_len: int | Tensor,
+                pad: int = 0, prompt: Tensor | None = None, choose: Choose = pick_best,
+                need_attention: bool = False) -> GreedyResult:
     """One token per row per step, chosen by ``choose`` from the log-probabilities (greedy, sampling)."""
-    if max_len < 1:
-        raise ValueError(f"max_len must be >= 1, got {max_len}")
-    if prompt is None:
-        if src is None:
-            raise ValueError("greedy needs a source or a prompt")
-        prompt = torch.full((src.size(0), 1), bos, dtype=torch.long, device=src.device)
-    batch, device = prompt.size(0), prompt.device
+    step_input = start_tokens(src, prompt, bos)  # (B, P) at first, then (B, 1)
+    batch, device = step_input.size(0), step_input.device
+    limits = max_lengths(max_len, batch).to(device)
 
     memory = model.encode(src, src_mask)
     state = None
-    step_input = prompt  # (B, P) at first, then (B, 1)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     scores = torch.zeros(batch, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
-    out = []
-    for _ in range(max_len):
-        logits, state, _ = model.decode_step(step_input, memory, state)
+    out, attention = [], []
+    for step in range(int(limits.max())):
+        logits, state, attn = model.decode_step(step_input, memory, state, need_attention=need_attention)
         log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B, V)
         best, best_score = choose(log_probs)  # (B,), (B,)
         best = best.masked_fill(finished, pad)
         scores += best_score.masked_fill(finished, 0.0)
         lengths += (~finished).long()
         out.append(best)
-        finished |= best == eos
+        if need_attention and attn is not None:
+            attention.append(last_query(attn).masked_fill(finished[:, None, None, None, None], 0.0))
+        finished |= (best == eos) | (limits <= step + 1)
         if bool(finished.all()):
             break
         step_input = best[:, None]  # (B, 1)
-    return GreedyResult(torch.stack(out, dim=1), scores, lengths)
+    return GreedyResult(torch.stack(out, dim=1), scores, lengths, stack_steps(attention) if attention else None)

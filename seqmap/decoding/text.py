@@ -1,20 +1,52 @@
 """Text in, text out: tokenize, batch by length under a token budget, decode, detokenize.
 
-Used by validation, ``seqmap translate`` and ``seqmap evaluate``. Sentences are
-sorted by length so each batch carries little padding, decoded, and put back in
-their input order.
+Used by validation, ``seqmap translate``, ``seqmap evaluate`` and ``seqmap generate``.
+Sentences are sorted by length so each batch carries little padding, decoded,
+and put back in their input order.
+
+How to decode comes from a ``DecodeConfig`` (fields may be overridden by keyword,
+e.g. ``beam_size=5``): ``beam_size`` 1 is greedy, more is beam search with the
+GNMT ``length_penalty``; ``sample=True`` draws instead (``temperature``,
+``top_k``, ``top_p``, seeded by ``seed``). ``max_tokens`` bounds the
+beam-expanded source tokens of a batch, rows x beams x (longest + 1), so a large
+test set never runs out of memory.
+
+With ``n_best == 1`` the functions return one output per input; with
+``n_best > 1`` they return, per input, its n-best list of ``Scored`` entries
+(best first).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from seqmap.data.batching import token_budget_batches
+from seqmap.config import DecodeConfig, from_dict, to_dict
 from seqmap.data.tokenizers import BOS, EOS, PAD, Tokenizer
-from seqmap.decoding.greedy import greedy
+from seqmap.decoding.beam import Hypothesis, beam_search, gnmt_penalty
+from seqmap.decoding.greedy import decode_loop, pick_best
+from seqmap.decoding.sampling import sampling_choice
+
+
+class Scored(NamedTuple):
+    """One entry of an n-best list.
+
+    Attributes:
+        output: token ids (``*_nbest``, ``*_ids``) or text (``*_texts``), without
+            EOS; a translation includes its forced ``prefix``, a generation
+            excludes its prompt.
+        score: sum of the log-probabilities of the generated tokens (EOS included).
+        normalized: score / GNMT length penalty, what beam search ranks by.
+        attention: (L, H, T, S) attention of each generated token, when asked for.
+    """
+
+    output: list[int] | str
+    score: float
+    normalized: float
+    attention: Tensor | None = None
 
 
 def pad_sources(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
@@ -37,22 +69,167 @@ def strip_output(ids: Sequence[int]) -> list[int]:
     return out
 
 
+def resolve_config(decode: DecodeConfig | None, overrides: dict) -> DecodeConfig:
+    """``decode`` (default ``DecodeConfig()``) with fields replaced; an unknown name is an error naming the nearest."""
+    decode = decode or DecodeConfig()
+    return from_dict(DecodeConfig, {**to_dict(decode), **overrides}, "decode") if overrides else decode
+
+
+def budget_batches(lengths: Sequence[int], indices: Sequence[int], budget: int) -> list[list[int]]:
+    """Cut ``indices`` (sorted by ``lengths``) into batches with rows x (longest + 1) <= budget.
+
+    A row longer than the budget still gets a batch of its own, never an error.
+    """
+    order = sorted(indices, key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    for i in order:  # sorted, so the newest row is the longest
+        if batch and (len(batch) + 1) * (lengths[i] + 1) > budget:
+            batches.append(batch)
+            batch = []
+        batch.append(i)
+    return batches + ([batch] if batch else [])
+
+
+def decode_batch(model, src: Tensor | None, src_mask: Tensor | None, prompt: Tensor, max_len: int | Tensor,
+                 decode: DecodeConfig, *, n_best: int = 1, sample: bool = False,
+                 generator: torch.Generator | None = None, need_attention: bool = False) -> list[list[Hypothesis]]:
+    """Decode one batch as ``decode`` says (greedy, beam or sampling); per row its n-best ``Hypothesis`` list."""
+    if sample or (decode.beam_size == 1 and n_best == 1):
+        if n_best != 1:
+            raise ValueError(f"n_best={n_best} needs beam search (sampling draws one output per input)")
+        choose = sampling_choice(decode.temperature, decode.top_k, decode.top_p, generator) if sample else pick_best
+        result = decode_loop(model, src, src_mask, bos=BOS, eos=EOS, max_len=max_len, pad=PAD, prompt=prompt,
+                             choose=choose, need_attention=need_attention)
+        out = []
+        for b, (length, score) in enumerate(zip(result.lengths.tolist(), result.scores.tolist())):
+            attention = None if result.attention is None else result.attention[b, :, :, :length]
+            out.append([Hypothesis(result.tokens[b, :length].tolist(), score,
+                                   score / gnmt_penalty(length, decode.length_penalty), attention)])
+        return out
+    if n_best > decode.beam_size:
+        raise ValueError(f"n_best={n_best} needs decode.beam_size >= {n_best} (got {decode.beam_size})")
+    return beam_search(model, src, src_mask, beam_size=decode.beam_size, bos=BOS, eos=EOS, max_len=max_len,
+                       length_penalty=decode.length_penalty, n_best=n_best, prompt=prompt,
+                       need_attention=need_attention, pad=PAD).hypotheses
+
+
+def _generator(sample: bool, seed: int, device) -> torch.Generator | None:
+    return torch.Generator(device=device).manual_seed(seed) if sample else None
+
+
 @torch.no_grad()
-def translate_ids(model, sources: Sequence[Sequence[int]], *, max_tokens: int = 4096, max_len_a: float = 1.5,
-                  max_len_b: int = 10, device: torch.device | str = "cpu") -> list[list[int]]:
-    """Greedy translations (id lists, no EOS) of source id lists, in input order."""
+def translate_nbest(model, sources: Sequence[Sequence[int]], decode: DecodeConfig, *, n_best: int = 1,
+                    prefixes: Sequence[Sequence[int]] | None = None, sample: bool = False, seed: int = 0,
+                    need_attention: bool = False, device: torch.device | str = "cpu") -> list[list[Scored]]:
+    """Per source id list, its n-best translations as ``Scored`` id lists, in input order.
+
+    Args:
+        sources: source token ids (no BOS/EOS).
+        decode: how to decode; the maximum length of each output is
+            ``max_len_a * its source length + max_len_b`` tokens (EOS included).
+        n_best: outputs per source (needs ``beam_size >= n_best``).
+        prefixes: per source, target ids the translation is forced to start
+            with (fed after BOS, returned as part of the output, not scored).
+        sample: sample instead of searching (``temperature``, ``top_k``, ``top_p``).
+        seed: seeds the sampling (same seed, same inputs: same outputs).
+        need_attention: keep each output's attention (rows for generated tokens only).
+    """
+    forced = [[BOS, *p] for p in prefixes] if prefixes is not None else [[BOS]] * len(sources)
+    if len(forced) != len(sources):
+        raise ValueError(f"{len(forced)} prefixes for {len(sources)} sources")
+    beams = 1 if sample else decode.beam_size
     lengths = [max(len(s), 1) for s in sources]
-    out: list[list[int]] = [[] for _ in sources]
-    for batch in token_budget_batches(lengths, None, max_tokens, shuffle=False):
-        src, src_mask = pad_sources([sources[i] for i in batch], device)
-        max_len = int(max_len_a * src.size(1) + max_len_b)
-        result = greedy(model, src, src_mask, bos=BOS, eos=EOS, max_len=max_len, pad=PAD)
-        for row, i in zip(result.tokens.tolist(), batch):
-            out[i] = strip_output(row)
+    generator = _generator(sample, seed, device)
+    out: list[list[Scored]] = [[] for _ in sources]
+    for prefix_len in sorted({len(f) for f in forced}):  # rows of a batch share one prefix length
+        group = [i for i, f in enumerate(forced) if len(f) == prefix_len]
+        for batch in budget_batches(lengths, group, max(decode.max_tokens // beams, 1)):
+            src, src_mask = pad_sources([sources[i] for i in batch], device)
+            max_len = (decode.max_len_a * src_mask.sum(1).cpu() + decode.max_len_b).long().clamp(min=1)
+            prompt = torch.tensor([forced[i] for i in batch], dtype=torch.long, device=device)
+            hyps = decode_batch(model, src, src_mask, prompt, max_len, decode, n_best=n_best, sample=sample,
+                                generator=generator, need_attention=need_attention)
+            for i, nbest in zip(batch, hyps):
+                out[i] = [Scored(forced[i][1:] + strip_output(h.tokens), h.score, h.normalized, h.attention)
+                          for h in nbest]
     return out
 
 
-def translate_texts(model, src_tok: Tokenizer, tgt_tok: Tokenizer, texts: Sequence[str], **options) -> list[str]:
-    """Translate sentences; ``options`` as for ``translate_ids``."""
-    hyps = translate_ids(model, [src_tok.encode(t) for t in texts], **options)
-    return [tgt_tok.decode(h) for h in hyps]
+def translate_ids(model, sources: Sequence[Sequence[int]], decode: DecodeConfig | None = None, *, n_best: int = 1,
+                  prefixes: Sequence[Sequence[int]] | None = None, sample: bool = False, seed: int = 0,
+                  device: torch.device | str = "cpu", **overrides) -> list[list[int]] | list[list[Scored]]:
+    """Translations (id lists, no EOS) of source id lists, in input order; n-best lists when ``n_best > 1``.
+
+    ``overrides`` replace fields of ``decode`` (e.g. ``beam_size=5, max_tokens=2000``).
+    See ``translate_nbest`` for the other arguments.
+    """
+    decode = resolve_config(decode, overrides)
+    nbest = translate_nbest(model, sources, decode, n_best=n_best, prefixes=prefixes, sample=sample, seed=seed,
+                            device=device)
+    return [entries[0].output for entries in nbest] if n_best == 1 else nbest
+
+
+def translate_texts(model, src_tok: Tokenizer, tgt_tok: Tokenizer, texts: Sequence[str],
+                    decode: DecodeConfig | None = None, *, n_best: int = 1, prefix: str | Sequence[str] | None = None,
+                    sample: bool = False, seed: int = 0, device: torch.device | str = "cpu",
+                    **overrides) -> list[str] | list[list[Scored]]:
+    """Translate sentences; n-best lists of ``Scored`` texts when ``n_best > 1``.
+
+    ``prefix``: target text every translation starts with (one string for all,
+    or one per sentence); it is part of the returned translation. Other
+    arguments as for ``translate_ids``.
+    """
+    decode = resolve_config(decode, overrides)
+    prefixes = None
+    if prefix is not None:
+        prefix = [prefix] * len(texts) if isinstance(prefix, str) else list(prefix)
+        prefixes = [tgt_tok.encode(p) for p in prefix]
+    nbest = translate_nbest(model, [src_tok.encode(t) for t in texts], decode, n_best=n_best, prefixes=prefixes,
+                            sample=sample, seed=seed, device=device)
+    if n_best == 1:
+        return [tgt_tok.decode(entries[0].output) for entries in nbest]
+    return [[e._replace(output=tgt_tok.decode(e.output)) for e in entries] for entries in nbest]
+
+
+@torch.no_grad()
+def generate_nbest(model, prompts: Sequence[Sequence[int]], decode: DecodeConfig, *, n_best: int = 1,
+                   sample: bool = False, seed: int = 0, need_attention: bool = False,
+                   device: torch.device | str = "cpu") -> list[list[Scored]]:
+    """Continue each prompt (ids, at least one) with a decoder-only model: per prompt its n-best continuations.
+
+    Each continuation has at most ``decode.max_new_tokens`` tokens and ends at
+    EOS; it excludes the prompt. Greedy, beam or sampling as in ``translate_nbest``.
+    """
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token (a language model has no BOS of its own)")
+    beams = 1 if sample else decode.beam_size
+    lengths = [len(p) + decode.max_new_tokens for p in prompts]
+    generator = _generator(sample, seed, device)
+    out: list[list[Scored]] = [[] for _ in prompts]
+    for prompt_len in sorted({len(p) for p in prompts}):
+        group = [i for i, p in enumerate(prompts) if len(p) == prompt_len]
+        for batch in budget_batches(lengths, group, max(decode.max_tokens // beams, 1)):
+            prompt = torch.tensor([list(prompts[i]) for i in batch], dtype=torch.long, device=device)
+            hyps = decode_batch(model, None, None, prompt, decode.max_new_tokens, decode, n_best=n_best,
+                                sample=sample, generator=generator, need_attention=need_attention)
+            for i, nbest in zip(batch, hyps):
+                out[i] = [Scored(strip_output(h.tokens), h.score, h.normalized, h.attention) for h in nbest]
+    return out
+
+
+def generate_texts(model, tok: Tokenizer, prompts: Sequence[str], decode: DecodeConfig | None = None, *,
+                   n_best: int = 1, sample: bool = False, seed: int = 0, device: torch.device | str = "cpu",
+                   **overrides) -> list[str] | list[list[Scored]]:
+    """Continue text prompts with a language model; the continuations (prompt excluded), n-best lists if n_best > 1.
+
+    A prompt is encoded after an EOS, as every line of the training text
+    follows one, so an empty prompt starts a new line.
+    """
+    decode = resolve_config(decode, overrides)
+    nbest = generate_nbest(model, [[EOS, *tok.encode(p)] for p in prompts], decode, n_best=n_best, sample=sample,
+                           seed=seed, device=device)
+    if n_best == 1:
+        return [tok.decode(entries[0].output) for entries in nbest]
+    return [[e._replace(output=tok.decode(e.output)) for e in entries] for entries in nbest]
+

@@ -26,7 +26,8 @@ class LMState:
     caches: list[KVCache]
     position: int = 0
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, *, same_sources: bool = False) -> None:
+        """Keep batch rows ``index`` (B',) in that order (in place); ``same_sources`` changes nothing (no source)."""
         for cache in self.caches:
             cache.reorder(index)
 

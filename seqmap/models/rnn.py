@@ -144,10 +144,17 @@ class RNNState:
     context: Tensor | None = None
     position: int = 0
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` (B',), e.g. the surviving beams (in place)."""
+    def reorder(self, index: Tensor, *, same_sources: bool = False) -> None:
+        """Keep batch rows ``index`` (B',), e.g. the surviving beams (in place).
+
+        same_sources: the caller promises that every row keeps its source (beam
+        search reordering the beams of each sentence among themselves), so the
+        per-source tensors (keys, their projection, mask, fixed context) stay as they are.
+        """
         self.hidden = _select(self.hidden, 1, index)
         self.feed = _select(self.feed, 0, index)
+        if same_sources:
+            return
         self.keys = _select(self.keys, 0, index)
         self.keys_proj = _select(self.keys_proj, 0, index)
         self.mask = _select(self.mask, 0, index)

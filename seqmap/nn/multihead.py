@@ -22,7 +22,7 @@ class KVCache:
 
     Storage is preallocated and grows by doubling, so appending one step writes
     in place instead of concatenating the whole history. ``reorder`` selects batch
-    rows (beam search) in place of the stored tensors.
+    rows (beam search) without copying the whole cache: see ``reorder``.
     """
 
     def __init__(self) -> None:
@@ -47,10 +47,24 @@ class KVCache:
         return self.k[:, :, :new_len], self.v[:, :, :new_len]
 
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` (B',), e.g. the surviving beams."""
-        if self.k is not None:
-            self.k = self.k.index_select(0, index)
-            self.v = self.v.index_select(0, index)
+        """Keep batch rows ``index`` (B',) in that order (any rows, repeats allowed), e.g. the surviving beams.
+
+        With the batch size unchanged (beams reordered) only the rows that
+        change are rewritten, in place and only their filled positions; the
+        others are not touched. A new batch size (rows dropped, or repeated
+        into beams) selects the rows into new storage of the same capacity.
+        """
+        if self.k is None:
+            return
+        filled = slice(0, self.length)
+        if index.numel() == self.k.size(0):
+            moved = (index != torch.arange(index.numel(), device=index.device)).nonzero().squeeze(1)
+            if moved.numel():
+                source = index[moved]
+                for store in (self.k, self.v):  # the moved rows are read out before any is overwritten
+                    store[:, :, filled].index_copy_(0, moved, store[source, :, filled])
+            return
+        self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
 
 
 class MultiHeadAttention(nn.Module):

@@ -1,0 +1,316 @@
+"""Beam search over the model protocol: one batched search for every model family.
+
+Each sentence keeps k live hypotheses ("beams"). One step of the search:
+
+    expand    the log-probabilities of every live beam's next token, plus the beam's score   (G, n*V)
+    prune     the 2k best candidates of each sentence                                          (G, 2k)
+    finish    candidates ending in EOS among the k best become finished hypotheses, ranked by
+              their score divided by the GNMT length penalty
+    advance   the k best candidates not ending in EOS are the next live beams; the decoder state
+              follows them (``state.reorder``)
+
+G is the number of sentences still searching, n the live beams per sentence (1 at
+the first step: the search starts from one beam per sentence, so no duplicate
+hypotheses can appear; k afterwards). The source is encoded once; the first
+decode step runs on one row per sentence, then memory and state are expanded to
+k rows per sentence by the first reorder.
+
+Stopping rule (per sentence). A sentence stops searching as soon as one holds:
+
+1. it has ``beam_size`` finished hypotheses (the usual rule of NMT toolkits);
+2. it has ``n_best`` finished hypotheses and no live beam can still beat the
+   ``n_best``-th of them: scores only fall as tokens are added, so a live beam's
+   best possible normalized score is bounded by its score over the largest
+   length penalty it can still reach. This changes nothing in the result of
+   rule 1; it only saves steps;
+3. it reached its maximum length: its live beams are finished as they are,
+   without EOS.
+
+Finished sentences leave the batch (memory and state shrink with them), so the
+remaining steps run on the sentences still searching.
+
+The decoder state follows the beams with ``state.reorder(index)``. While the
+batch keeps its sentences, beams only move inside their sentence's block of k
+rows, so the search calls ``state.reorder(index, same_sources=True)``: per-source
+tensors (cross-attention keys/values, source masks) stay where they are, and an
+identity reorder (always, with k = 1) is skipped. Expanding to k rows and
+dropping finished sentences reorder everything, memory included.
+
+Scores are sums of natural-log probabilities of the generated tokens (EOS
+included, prompt excluded). Hypotheses are ranked by the normalized score
+``score / lp(length)`` with ``lp = ((5 + length) / 6) ** alpha`` (Wu et al. 2016),
+``length`` counting the generated tokens, EOS included; alpha = 0 ranks by score.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seqmap.decoding.greedy import GreedyResult, last_query, max_lengths, pad_keys, start_tokens
+
+
+def gnmt_penalty(length: int, alpha: float) -> float:
+    """GNMT length penalty ((5 + length) / 6) ** alpha; 1 when alpha = 0."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@dataclass
+class Hypothesis:
+    """One finished hypothesis of one sentence.
+
+    Attributes:
+        tokens: generated ids (no BOS, no prompt), ending in EOS unless the
+            sentence reached its maximum length.
+        score: sum of the log-probabilities of ``tokens``.
+        normalized: ``score / gnmt_penalty(len(tokens), alpha)``, what the search ranks by.
+        attention: (L, H, T, S) attention of the query that produced each token, when asked for.
+    """
+
+    tokens: list[int]
+    score: float
+    normalized: float
+    attention: Tensor | None = None
+
+
+@dataclass
+class BeamResult:
+    """Per sentence, its n-best list: at most ``n_best`` distinct hypotheses, best (highest normalized score) first."""
+
+    hypotheses: list[list[Hypothesis]]
+    pad: int = 0
+
+    def best(self) -> GreedyResult:
+        """The best hypothesis of each sentence in ``greedy``'s layout, as CPU tensors (tokens padded with ``pad``)."""
+        best = [h[0] for h in self.hypotheses]
+        width = max(len(h.tokens) for h in best)
+        tokens = torch.full((len(best), width), self.pad, dtype=torch.long)
+        for i, h in enumerate(best):
+            tokens[i, : len(h.tokens)] = torch.tensor(h.tokens, dtype=torch.long)
+        scores = torch.tensor([h.score for h in best])
+        lengths = torch.tensor([len(h.tokens) for h in best])
+        attention = None
+        if best[0].attention is not None:
+            keys = max(h.attention.size(-1) for h in best)
+            attention = torch.stack([F.pad(pad_keys(h.attention.cpu(), keys), (0, 0, 0, width - len(h.tokens)))
+                                     for h in best])  # (B, L, H, T, S)
+        return GreedyResult(tokens, scores, lengths, attention)
+
+
+class Candidates(NamedTuple):
+    """The 2k best continuations of each of G sentences, best first.
+
+    scores: (G, 2k) beam score + token log-prob (-inf for missing candidates).
+    rows: (G, 2k) the live row each continues (an index into the G*n current rows).
+    tokens: (G, 2k) the next token.
+    """
+
+    scores: Tensor
+    rows: Tensor
+    tokens: Tensor
+
+
+@dataclass
+class Beams:
+    """The live beams of the G sentences still searching.
+
+    sentences: (G,) the input position of each sentence (CPU).
+    scores: (G, n) sum of log-probs of each live beam (-inf: no beam).
+    tokens: (G*n, t) tokens generated so far, row g*n + j = beam j of sentence g.
+    attention: (G*n, L, H, t, S) attention of every step, or None.
+    """
+
+    sentences: Tensor
+    scores: Tensor
+    tokens: Tensor
+    attention: Tensor | None = None
+    finished: list[list[Hypothesis]] = field(default_factory=list)  # per input sentence
+
+    @property
+    def width(self) -> int:
+        return self.scores.size(1)
+
+
+def expand(scores: Tensor, log_probs: Tensor) -> Tensor:
+    """Beam scores (G, n) + next-token log-probs (G*n, V) -> candidate scores (G, n*V)."""
+    g, n = scores.shape
+    return (scores[:, :, None] + log_probs.view(g, n, -1)).view(g, -1)
+
+
+def prune(total: Tensor, beam_size: int, vocab: int) -> Candidates:
+    """The 2k best of the (G, n*V) candidate scores of each sentence."""
+    g, n_v = total.shape
+    n, want = n_v // vocab, 2 * beam_size
+    scores, flat = total.topk(min(want, n_v), dim=1)  # sorted, best first
+    rows = torch.arange(g, device=total.device)[:, None] * n + flat // vocab  # (G, 2k)
+    tokens = flat % vocab
+    if scores.size(1) < want:  # tiny vocabulary at the first step: pad with impossible candidates
+        missing = want - scores.size(1)
+        scores = torch.cat([scores, scores.new_full((g, missing), float("-inf"))], dim=1)
+        rows = torch.cat([rows, rows[:, :1].expand(g, missing)], dim=1)
+        tokens = torch.cat([tokens, tokens[:, :1].expand(g, missing)], dim=1)
+    return Candidates(scores, rows, tokens)
+
+
+def advance(candidates: Candidates, beam_size: int, eos: int) -> Candidates:
+    """The next live beams: the k best candidates that do not end in EOS, as (G, k) tensors."""
+    live = candidates.scores.masked_fill(candidates.tokens == eos, float("-inf"))
+    scores, pick = live.topk(beam_size, dim=1)
+    return Candidates(scores, candidates.rows.gather(1, pick), candidates.tokens.gather(1, pick))
+
+
+def _hypothesis(tokens: list[int], score: float, attention: Tensor | None, alpha: float) -> Hypothesis:
+    return Hypothesis(tokens, score, score / gnmt_penalty(len(tokens), alpha), attention)
+
+
+def finish(beams: Beams, candidates: Candidates, eos: int, step_attention: Tensor | None, alpha: float) -> None:
+    """Move candidates that end in EOS and rank among the k best of their sentence to the finished lists."""
+    k = candidates.scores.size(1) // 2
+    ends = (candidates.tokens[:, :k] == eos) & torch.isfinite(candidates.scores[:, :k])
+    if not bool(ends.any()):
+        return
+    scores, rows, history = candidates.scores[:, :k].cpu(), candidates.rows[:, :k].cpu(), beams.tokens.cpu()
+    for g, j in ends.nonzero().tolist():
+        row = int(rows[g, j])
+        attention = None
+        if step_attention is not None:
+            attention = step_attention[row]  # (L, H, 1, S)
+            if beams.attention is not None:
+                attention = torch.cat([pad_keys(beams.attention[row], attention.size(-1)), attention], dim=-2)
+        hyp = _hypothesis(history[row].tolist() + [eos], float(scores[g, j]), attention, alpha)
+        beams.finished[int(beams.sentences[g])].append(hyp)
+
+
+def follow(beams: Beams, live: Candidates, step_attention: Tensor | None) -> Beams:
+    """The live beams after this step: histories of the rows they continue, plus their new token."""
+    rows = live.rows.flatten()  # (G*k,)
+    tokens = torch.cat([beams.tokens.index_select(0, rows), live.tokens.flatten()[:, None]], dim=1)
+    attention = None
+    if step_attention is not None:
+        new = step_attention.index_select(0, rows)
+        attention = new if beams.attention is None else torch.cat(
+            [pad_keys(beams.attention.index_select(0, rows), new.size(-1)), new], dim=-2)
+    return Beams(beams.sentences, live.scores, tokens, attention, beams.finished)
+
+
+def finish_at_limit(beams: Beams, limits: Tensor, alpha: float) -> Tensor:
+    """Finish, without EOS, the live beams of the sentences that reached their maximum length; return those (G,)."""
+    length = beams.tokens.size(1)
+    at_limit = limits[beams.sentences] <= length  # (G,)
+    if not bool(at_limit.any()):
+        return at_limit
+    k, scores, history = beams.width, beams.scores.cpu(), beams.tokens.cpu()
+    for g in at_limit.nonzero().squeeze(1).tolist():
+        for j in range(k):
+            if scores[g, j] > float("-inf"):
+                row = g * k + j
+                attention = None if beams.attention is None else beams.attention[row]
+                hyp = _hypothesis(history[row].tolist(), float(scores[g, j]), attention, alpha)
+                beams.finished[int(beams.sentences[g])].append(hyp)
+    return at_limit
+
+
+def stopped(beams: Beams, limits: Tensor, n_best: int, beam_size: int, alpha: float) -> Tensor:
+    """(G,) which sentences stop searching now (rules 1 and 2 of the module docstring)."""
+    best_live = beams.scores.max(dim=1).values.cpu()  # (G,)
+    stop = torch.zeros(len(beams.sentences), dtype=torch.bool)
+    for g, sentence in enumerate(beams.sentences.tolist()):
+        finished = beams.finished[sentence]
+        if len(finished) >= beam_size or best_live[g] == float("-inf"):
+            stop[g] = True
+        elif len(finished) >= n_best:
+            reachable = int(limits[sentence]) if alpha >= 0 else beams.tokens.size(1) + 1
+            nth = sorted((h.normalized for h in finished), reverse=True)[n_best - 1]
+            stop[g] = float(best_live[g]) / gnmt_penalty(reachable, alpha) <= nth
+    return stop
+
+
+def keep_sentences(beams: Beams, keep: Tensor) -> Beams:
+    """The beams of the sentences ``keep`` (G,) bool (CPU)."""
+    k = beams.width
+    idx = keep.nonzero().squeeze(1)
+    rows = (idx[:, None] * k + torch.arange(k)).flatten().to(beams.tokens.device)
+    return Beams(beams.sentences[idx], beams.scores.index_select(0, idx.to(beams.scores.device)),
+                 beams.tokens.index_select(0, rows),
+                 None if beams.attention is None else beams.attention.index_select(0, rows), beams.finished)
+
+
+@torch.no_grad()
+def beam_search(
+    model,
+    src: Tensor | None,
+    src_mask: Tensor | None,
+    *,
+    beam_size: int,
+    bos: int,
+    eos: int,
+    max_len: int | Tensor,
+    length_penalty: float = 0.0,
+    n_best: int = 1,
+    prompt: Tensor | None = None,
+    need_attention: bool = False,
+    pad: int = 0,
+) -> BeamResult:
+    """Beam search for a batch of sentences (see the module docstring for the algorithm and stopping rule).
+
+    Args:
+        model: anything speaking the protocol: ``encode``, ``decode_step``, and a
+            state with ``reorder(index, *, same_sources=False)``.
+        src: (B, S) source ids, or None for a decoder-only model (give ``prompt``).
+        src_mask: (B, S) True at real source tokens, or None.
+        beam_size: k, live hypotheses per sentence (1 = greedy).
+        bos: fed first when there is no ``prompt``.
+        eos: ends a hypothesis.
+        max_len: most tokens generated per sentence, EOS included: one int, or a
+            (B,) tensor (e.g. a * source length + b).
+        length_penalty: GNMT alpha (0 = rank by summed log-prob).
+        n_best: hypotheses returned per sentence, 1 <= n_best <= beam_size.
+        prompt: (B, P) forced first decoder inputs, fed in one ``decode_step``
+            instead of BOS: include BOS if the model expects it (a forced target
+            prefix is ``[BOS, ...]``; a language model's prompt is its text).
+            Rows share one length P. Not part of the returned tokens or scores.
+        need_attention: keep each hypothesis's attention (L, H, T, S).
+        pad: fills ``BeamResult.best().tokens`` after a hypothesis ends.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}")
+    step_input = start_tokens(src, prompt, bos)
+    batch, device = step_input.size(0), step_input.device
+    limits = max_lengths(max_len, batch)
+    memory = model.encode(src, src_mask)
+    logits, state, attn = model.decode_step(step_input, memory, None, need_attention=need_attention)
+    beams = Beams(torch.arange(batch), torch.zeros(batch, 1, device=device),
+                  torch.empty(batch, 0, dtype=torch.long, device=device), finished=[[] for _ in range(batch)])
+    for _ in range(int(limits.max())):
+        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (G*n, V)
+        candidates = prune(expand(beams.scores, log_probs), beam_size, log_probs.size(-1))
+        step_attention = last_query(attn) if need_attention else None
+        finish(beams, candidates, eos, step_attention, length_penalty)
+        live = advance(candidates, beam_size, eos)
+        same_sources = beams.width == beam_size  # beams move within their sentence's block of k rows
+        beams = follow(beams, live, step_attention)
+        keep = ~(finish_at_limit(beams, limits, length_penalty)
+                 | stopped(beams, limits, n_best, beam_size, length_penalty))
+        if not bool(keep.any()):
+            break
+        index = live.rows
+        if not bool(keep.all()):
+            beams = keep_sentences(beams, keep)
+            index, same_sources = index[keep.to(device)], False
+        index = index.flatten()
+        if not same_sources:
+            memory = memory.index_select(index)
+            state.reorder(index)
+        elif not torch.equal(index, torch.arange(index.numel(), device=device)):
+            state.reorder(index, same_sources=True)
+        logits, state, attn = model.decode_step(beams.tokens[:, -1:], memory, state, need_attention=need_attention)
+    for finished in beams.finished:
+        finished.sort(key=lambda h: -h.normalized)
+        del finished[n_best:]
+    return BeamResult(beams.finished, pad)

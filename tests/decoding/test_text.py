@@ -1,0 +1,156 @@
+"""Text in, text out: the same outputs as the decoding functions, under any token budget, in input order."""
+
+import pytest
+import torch
+
+from seqmap.config import ConfigError, DecodeConfig, ModelConfig
+from seqmap.data.tokenizers import BOS, EOS, PAD, train_tokenizer
+from seqmap.decoding.beam import beam_search
+from seqmap.decoding.greedy import greedy
+from seqmap.decoding.text import (
+    Scored,
+    budget_batches,
+    generate_texts,
+    strip_output,
+    translate_ids,
+    translate_texts,
+)
+from seqmap.models.builder import build_model
+
+WORDS = "a b c d e f g"
+TOK = train_tokenizer("word", [WORDS])
+SOURCES = ["a b c", "d", "e f g a b c d", "b b", "", "g f e d c b"]
+
+
+def make(family="transformer"):
+    torch.manual_seed(0)
+    cfg = ModelConfig(family=family, src_vocab=TOK.vocab_size, tgt_vocab=TOK.vocab_size, d_model=16, n_heads=2,
+                      d_ff=32, enc_layers=1, dec_layers=1, dropout=0.0, emb_size=8, hidden_size=16)
+    return build_model(cfg).eval()
+
+
+def ids(texts):
+    return [TOK.encode(t) for t in texts]
+
+
+def alone(i, source):
+    """Sentence ``source`` as a batch of one, with the per-sentence maximum length of the default config."""
+    src = torch.tensor([source or [EOS]])
+    d = DecodeConfig()
+    return src, torch.ones_like(src, dtype=torch.bool), int(d.max_len_a * src.size(1) + d.max_len_b)
+
+
+def test_greedy_by_default_equals_greedy_on_each_sentence():
+    model = make()
+    out = translate_ids(model, ids(SOURCES))
+    for i, source in enumerate(ids(SOURCES)):
+        src, mask, max_len = alone(i, source)
+        expected = greedy(model, src, mask, bos=BOS, eos=EOS, max_len=max_len)
+        assert out[i] == strip_output(expected.tokens[0].tolist())
+
+
+class Spy:
+    """Passes the protocol through and records the shape of every encoded batch."""
+
+    def __init__(self, model):
+        self.model, self.batches = model, []
+
+    def encode(self, src, src_mask):
+        self.batches.append(tuple(src.shape))
+        return self.model.encode(src, src_mask)
+
+    def decode_step(self, *args, **kw):
+        return self.model.decode_step(*args, **kw)
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+def test_beam_equals_beam_search_per_sentence_under_any_token_budget(family):
+    model = make(family)
+    sources = ids(SOURCES * 3)
+    big = translate_ids(model, sources, beam_size=3, length_penalty=1.0, max_tokens=100_000)
+    spy = Spy(model)
+    small = translate_ids(spy, sources, beam_size=3, length_penalty=1.0, max_tokens=30)
+    assert small == big
+    assert len(spy.batches) > 3
+    for rows, width in spy.batches:  # beam-expanded tokens within the budget (a lone long row may exceed it)
+        assert rows * 3 * (width + 1) <= 30 or rows == 1
+    for i, source in enumerate(sources[:len(SOURCES)]):
+        src, mask, max_len = alone(i, source)
+        expected = beam_search(model, src, mask, beam_size=3, bos=BOS, eos=EOS, max_len=max_len,
+                               length_penalty=1.0).hypotheses[0][0]
+        assert big[i] == strip_output(expected.tokens)
+
+
+def test_n_best_gives_scored_lists_best_first():
+    model = make()
+    out = translate_texts(model, TOK, TOK, SOURCES, beam_size=4, n_best=3)
+    assert len(out) == len(SOURCES)
+    for entries in out:
+        assert len(entries) == 3 and all(isinstance(e, Scored) and isinstance(e.output, str) for e in entries)
+        assert [e.normalized for e in entries] == sorted((e.normalized for e in entries), reverse=True)
+    one = translate_texts(model, TOK, TOK, SOURCES, beam_size=4)
+    assert one == [entries[0].output for entries in out]
+    with pytest.raises(ValueError, match="beam_size"):
+        translate_texts(model, TOK, TOK, SOURCES, beam_size=2, n_best=3)
+    with pytest.raises(ValueError, match="n_best"):
+        translate_texts(model, TOK, TOK, SOURCES, sample=True, n_best=2)
+
+
+def test_sampling_top_k_one_is_greedy_and_a_seed_reproduces():
+    model = make()
+    greedy_texts = translate_texts(model, TOK, TOK, SOURCES)
+    assert translate_texts(model, TOK, TOK, SOURCES, sample=True, top_k=1, seed=3) == greedy_texts
+    hot = dict(sample=True, temperature=3.0, max_tokens=20)
+    first = translate_texts(model, TOK, TOK, SOURCES, seed=7, **hot)
+    assert translate_texts(model, TOK, TOK, SOURCES, seed=7, **hot) == first
+    assert translate_texts(model, TOK, TOK, SOURCES, seed=8, **hot) != first
+
+
+def test_prefix_forces_the_start_of_every_translation():
+    model = make()
+    out = translate_texts(model, TOK, TOK, SOURCES, beam_size=2, prefix="c d")
+    assert all(t.split()[:2] == ["c", "d"] for t in out)
+    prefixes = ["a", "", "b c d", "a", "g g", ""]  # different lengths decode in different batches
+    out = translate_texts(model, TOK, TOK, SOURCES, beam_size=2, prefix=prefixes)
+    for text, prefix, source in zip(out, prefixes, ids(SOURCES)):
+        assert text.split()[: len(prefix.split())] == prefix.split()
+        src, mask, max_len = alone(0, source)
+        prompt = torch.tensor([[BOS, *TOK.encode(prefix)]])
+        best = beam_search(model, src, mask, beam_size=2, bos=BOS, eos=EOS, max_len=max_len, prompt=prompt,
+                           length_penalty=DecodeConfig().length_penalty).hypotheses[0][0]
+        assert text == TOK.decode(TOK.encode(prefix) + strip_output(best.tokens))
+
+
+def test_generate_continues_prompts_after_an_eos():
+    model = make("lm")
+    prompts = ["a b", "", "c d e f"]
+    out = generate_texts(model, TOK, prompts, max_new_tokens=6)
+    for text, prompt in zip(out, prompts):
+        ids_ = torch.tensor([[EOS, *TOK.encode(prompt)]])
+        expected = greedy(model, None, None, bos=BOS, eos=EOS, max_len=6, prompt=ids_)
+        assert text == TOK.decode(strip_output(expected.tokens[0].tolist()))
+    assert generate_texts(model, TOK, prompts, max_new_tokens=6, sample=True, top_k=1) == out
+    nbest = generate_texts(model, TOK, prompts, max_new_tokens=6, beam_size=3, n_best=2)
+    assert all(len(entries) == 2 for entries in nbest)
+
+
+def test_an_unknown_option_names_the_nearest():
+    with pytest.raises(ConfigError, match="did you mean decode.beam_size"):
+        translate_ids(make(), ids(SOURCES), beam_sise=3)
+
+
+def test_budget_batches_cover_every_row_once_and_keep_long_rows_alone():
+    lengths = [3, 50, 1, 4, 4, 2]
+    batches = budget_batches(lengths, range(6), 12)
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert [1] in batches
+    for b in batches:
+        assert len(b) * (max(lengths[i] for i in b) + 1) <= 12 or len(b) == 1
+
+
+def test_pad_and_strip():
+    from seqmap.decoding.text import pad_sources
+
+    src, mask = pad_sources([[5, 6], [], [7]])
+    assert src.tolist() == [[5, 6], [EOS, PAD], [7, PAD]] and mask.sum(1).tolist() == [2, 1, 1]
+    assert strip_output([4, 5, EOS, 6]) == [4, 5]
