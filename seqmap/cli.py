@@ -150,17 +150,40 @@ def _read_inputs(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    from seqmap.decoding.text import translate_texts
+    from seqmap.decoding.text import translate_nbest
 
     run = _load(args)
     if run.src_tok is None:
         raise UserError(f"{args.run_dir} is a language model; use `seqmap generate` instead")
+    texts = _read_inputs(args)
     decode = _decode_config(run, args)
-    hyps = translate_texts(run.model, run.src_tok, run.tgt_tok, _read_inputs(args), max_tokens=decode.max_tokens,
-                           max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, device=run.device)
-    for hyp in hyps:
-        print(hyp)
+    prefixes = None if args.prefix is None else [run.tgt_tok.encode(args.prefix)] * len(texts)
+    try:
+        nbest = translate_nbest(run.model, [run.src_tok.encode(t) for t in texts], decode, n_best=args.nbest,
+                                prefixes=prefixes, sample=args.sample, seed=args.seed, device=run.device)
+    except ValueError as e:  # e.g. --nbest larger than the beam
+        raise UserError(str(e)) from None
+    for i, (text, entries) in enumerate(zip(texts, nbest)):
+        if args.nbest > 1:
+            for e in entries:
+                print(f"{i} ||| {run.tgt_tok.decode(e.output)} ||| {e.normalized:.4f}")
+        else:
+            print(run.tgt_tok.decode(entries[0].output))
+        if args.align:
+            _print_alignment(run, text, entries[0].output, args.align_layer)
     return 0
+
+
+def _print_alignment(run, text: str, hyp_ids: list[int], layer: int) -> None:
+    """Per output token, the source token it attends to most (stderr), and i-j pairs (stdout)."""
+    from seqmap.decoding.align import align_sentence
+
+    alignment = align_sentence(run.model, run.src_tok, run.tgt_tok, text, hyp_ids, layer=layer, device=run.device)
+    if alignment is None:
+        raise UserError("--align needs a model with attention (this RNN has rnn_attention=none)")
+    print(f"  alignment: {alignment.pairs}")
+    for line in alignment.lines:
+        print(f"    {line}")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -170,33 +193,35 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if run.src_tok is None:
         raise UserError(f"{args.run_dir} is a language model; evaluate needs a translation run")
     out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")
-    result = evaluate_files(run, args.src, args.ref, _decode_config(run, args), out)
+    try:
+        result = evaluate_files(run, args.src, args.ref, _decode_config(run, args), out, n_best=args.nbest,
+                                tokenize=args.tokenize, compare_with=args.compare)
+    except ValueError as e:  # a bad --tokenize, --nbest beyond the beam, hypotheses of another length
+        raise UserError(str(e)) from None
     print(f"BLEU = {result['bleu']:.2f}   {result['bleu_signature']}")
     print(f"chrF = {result['chrf']:.2f}   {result['chrf_signature']}")
     print(f"TER  = {result['ter']:.2f}   {result['ter_signature']}")
     print(f"reference perplexity = {result['ppl']:.2f}")
     print(f"{result['sentences']} hypotheses written to {out}")
+    if "nbest_file" in result:
+        print(f"{args.nbest}-best lists written to {result['nbest_file']}")
+    if "compare" in result:
+        c = result["compare"]
+        print(f"paired bootstrap against {args.compare}: BLEU {c['bleu']:.2f} vs {c['other_bleu']:.2f}, "
+              f"p = {c['p_value']:.4f}   {c['signature']}")
     return 0
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    import torch
-
-    from seqmap.data.tokenizers import BOS, EOS
-    from seqmap.decoding.sampling import sample
+    from seqmap.decoding.text import generate_texts
 
     run = _load(args)
-    decode = _decode_config(run, args)
-    ids = run.tgt_tok.encode(args.prompt) if args.prompt else []
-    prompt = torch.tensor([ids or [EOS]], device=run.device)  # an empty prompt starts after an end of line
     if run.src_tok is not None:
         raise UserError(f"{args.run_dir} is a translation model; use `seqmap translate` instead")
-    generator = torch.Generator(device=run.device).manual_seed(args.seed)
-    result = sample(run.model, None, None, bos=BOS, eos=EOS, max_len=decode.max_new_tokens, prompt=prompt,
-                    temperature=decode.temperature, top_k=decode.top_k, top_p=decode.top_p, generator=generator)
-    from seqmap.decoding.text import strip_output
-
-    print(args.prompt + run.tgt_tok.decode(strip_output(result.tokens[0].tolist())))
+    decode = _decode_config(run, args)
+    (text,) = generate_texts(run.model, run.tgt_tok, [args.prompt], decode, sample=not args.greedy, seed=args.seed,
+                             device=run.device)
+    print(args.prompt + text)
     return 0
 
 
@@ -307,11 +332,20 @@ def build_parser() -> argparse.ArgumentParser:
     translate = run_parser(
         "translate", "translate sentences with a trained run",
         "Translate sentences given as arguments, in a file (--input), or on stdin, one per line.\n"
-        "Decoding options come from the run's config; override them with --decode.KEY VALUE.",
+        "Decoding options come from the run's config; override them with --decode.KEY VALUE\n"
+        "(--decode.beam_size 5 --decode.length_penalty 1.0 for beam search).",
         "examples:\n  seqmap translate runs/en-zh \"I love machine learning.\"\n"
         "  seqmap translate runs/en-zh --input test.en > test.hyp")
     translate.add_argument("text", nargs="*", help="sentences to translate")
     translate.add_argument("--input", help="a file of sentences, one per line")
+    translate.add_argument("--nbest", type=int, default=1,
+                           help="print N best translations as `i ||| text ||| score` (needs --decode.beam_size >= N)")
+    translate.add_argument("--prefix", help="force every translation to start with this target text")
+    translate.add_argument("--sample", action="store_true", help="sample (temperature/top-k/top-p) instead of search")
+    translate.add_argument("--seed", type=int, default=0, help="sampling seed")
+    translate.add_argument("--align", action="store_true",
+                           help="also print, per output token, the source token it attends to most")
+    translate.add_argument("--align-layer", type=int, default=-1, help="layer whose heads --align averages")
     translate.set_defaults(handler=cmd_translate)
 
     evaluate = run_parser(
@@ -322,6 +356,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--src", required=True, help="source sentences, one per line")
     evaluate.add_argument("--ref", required=True, help="reference translations, aligned with --src")
     evaluate.add_argument("--out", help="where to write the hypotheses (default: RUN_DIR/eval/SRC.hyp)")
+    evaluate.add_argument("--nbest", type=int, default=1, help="also write N-best lists to OUT.nbest")
+    evaluate.add_argument("--tokenize", help="sacreBLEU tokenizer (default: zh for Chinese targets, else 13a)")
+    evaluate.add_argument("--compare", metavar="OTHER_HYPS",
+                          help="paired bootstrap significance test against another system's hypotheses")
     evaluate.set_defaults(handler=cmd_evaluate)
 
     generate = run_parser(
@@ -331,6 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
         "example:\n  seqmap generate runs/shakespeare --prompt \"ROMEO:\" --decode.max_new_tokens 300")
     generate.add_argument("--prompt", default="", help="text to continue")
     generate.add_argument("--seed", type=int, default=0, help="sampling seed (same seed, same text)")
+    generate.add_argument("--greedy", action="store_true",
+                          help="search (greedy, or beam with --decode.beam_size) instead of sampling")
     generate.set_defaults(handler=cmd_generate)
 
     average = commands.add_parser(

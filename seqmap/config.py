@@ -209,7 +209,7 @@ class DecodeConfig:
     max_len_a: float = 1.5  # maximum output length = a * source length + b
     max_len_b: int = 10
     length_penalty: float = 1.0  # GNMT alpha
-    max_tokens: int = 4096  # source tokens per decoding batch
+    max_tokens: int = 4096  # tokens per decoding batch, counted after beam expansion (rows x beams x length)
     max_new_tokens: int = 200  # lm generation length
     temperature: float = 1.0  # sampling
     top_k: int = 0  # sampling: keep the k most likely tokens (0 = off)

@@ -218,16 +218,28 @@ def generate_nbest(model, prompts: Sequence[Sequence[int]], decode: DecodeConfig
     return out
 
 
+def lm_prompt(tok: Tokenizer, text: str) -> list[int]:
+    """Prompt ids laid out like the LM training stream (``seqmap.data.pipeline``).
+
+    Character models learn from the raw text (newlines are characters, no EOS), so
+    the prompt is its characters, or a newline if empty; other models saw an EOS
+    after every line, so the prompt follows an EOS.
+    """
+    if tok.kind == "char":
+        return tok.encode(text) or tok.encode("\n")
+    return [EOS, *tok.encode(text)]
+
+
 def generate_texts(model, tok: Tokenizer, prompts: Sequence[str], decode: DecodeConfig | None = None, *,
                    n_best: int = 1, sample: bool = False, seed: int = 0, device: torch.device | str = "cpu",
                    **overrides) -> list[str] | list[list[Scored]]:
     """Continue text prompts with a language model; the continuations (prompt excluded), n-best lists if n_best > 1.
 
-    A prompt is encoded after an EOS, as every line of the training text
-    follows one, so an empty prompt starts a new line.
+    Prompts are encoded as the training stream was (``lm_prompt``), so an empty
+    prompt starts a new line.
     """
     decode = resolve_config(decode, overrides)
-    nbest = generate_nbest(model, [[EOS, *tok.encode(p)] for p in prompts], decode, n_best=n_best, sample=sample,
+    nbest = generate_nbest(model, [lm_prompt(tok, p) for p in prompts], decode, n_best=n_best, sample=sample,
                            seed=seed, device=device)
     if n_best == 1:
         return [tok.decode(entries[0].output) for entries in nbest]

@@ -12,8 +12,10 @@ new tokens over the source as one 5-D shape for every family:
 L = H = 1. A decoder-only model has no source; it returns its self-attention over
 the S keys seen so far instead.
 
-A decoder state supports ``reorder(index)`` (keep batch rows ``index``, as beam
-search needs) and knows its ``position`` (target tokens consumed so far).
+A decoder state supports ``reorder(index, *, same_sources=False)`` (keep batch
+rows ``index``, as beam search needs; ``same_sources=True`` promises that every
+row keeps its own source, so per-source tensors such as cross-attention keys and
+values need not move) and knows its ``position`` (target tokens consumed so far).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class Memory:
 class DecoderState(Protocol):
     position: int
 
-    def reorder(self, index: Tensor) -> None: ...
+    def reorder(self, index: Tensor, *, same_sources: bool = False) -> None: ...
 
 
 @runtime_checkable
