@@ -222,3 +222,25 @@ def test_language_model_trains_and_generates(tmp_path, capsys):
                  "--seed", "1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("to be") and len(out.strip()) > len("to be")
+
+
+def test_translate_with_beam_nbest_prefix_and_alignment(trained_run, corpus, tmp_path, capsys):
+    assert main(["translate", str(trained_run), "a b c", "--decode.beam_size", "3", "--nbest", "3"]) == 0
+    lines = capsys.readouterr().out.strip().split("\n")
+    assert len(lines) == 3 and all(line.startswith("0 ||| ") for line in lines)
+    scores = [float(line.rsplit("|||", 1)[1]) for line in lines]
+    assert scores == sorted(scores, reverse=True)
+    assert main(["translate", str(trained_run), "a b c", "--prefix", "c"]) == 0
+    assert capsys.readouterr().out.startswith("c")
+    assert main(["translate", str(trained_run), "a b c", "--align"]) == 0
+    assert "alignment:" in capsys.readouterr().out
+    assert main(["translate", str(trained_run), "a b c", "--nbest", "4"]) == 2  # beam 1 cannot give 4
+    assert "beam" in capsys.readouterr().err
+    other = tmp_path / "other.hyp"
+    other.write_text("".join("a\n" for _ in range(24)))
+    assert main(["evaluate", str(trained_run), "--src", str(corpus / "test.src"), "--ref", str(corpus / "test.tgt"),
+                 "--out", str(tmp_path / "h.txt"), "--decode.beam_size", "2", "--nbest", "2",
+                 "--compare", str(other)]) == 0
+    out = capsys.readouterr().out
+    assert "paired bootstrap" in out and "p = " in out
+    assert (tmp_path / "h.txt.nbest").read_text().count("\n") == 48
