@@ -43,7 +43,7 @@ def bleu_tokenizer(tgt_lang: str, tokenize: str | None = None) -> str:
 def score(hyps: list[str], refs: list[str], tgt_lang: str, tokenize: str | None = None) -> dict:
     """BLEU, chrF and TER of hypotheses against references, with sacreBLEU signatures."""
     bleu = mt.bleu(hyps, refs, tokenize=bleu_tokenizer(tgt_lang, tokenize))
-    chrf, ter = mt.chrf(hyps, refs), mt.ter(hyps, refs)
+    chrf, ter = mt.chrf(hyps, refs), mt.ter(hyps, refs, asian_support=mt.tokenizer_for(tgt_lang) == "zh")
     return {"bleu": bleu.value, "chrf": chrf.value, "ter": ter.value, "bleu_signature": bleu.signature,
             "chrf_signature": chrf.signature, "ter_signature": ter.signature}
 

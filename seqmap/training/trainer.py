@@ -219,7 +219,7 @@ class Trainer:
         batches = self._lm_batches() if self.cfg.data.task == "lm" else self._translation_batches()
         bar = tqdm(total=t.max_steps or None, initial=s["step"], disable=not self.dist.is_main,
                    unit="step", dynamic_ncols=True, mininterval=1.0)
-        window_tokens, window_time, bad_in_a_row = 0, 0.0, 0
+        window_tokens, window_time, window_loss, window_nll, bad_in_a_row = 0, 0.0, 0.0, 0.0, 0
         stop_reason = self._should_stop()
         last_valid_step = -1
         while stop_reason is None:
@@ -249,16 +249,20 @@ class Trainer:
             s["tokens"] += tokens
             window_tokens += tokens
             window_time += elapsed
+            window_loss += loss * tokens
+            window_nll += nll * tokens
             lr = self.optimizer.param_groups[0]["lr"]
             bar.update(1)
             if s["step"] % t.log_every == 0 or s["step"] == 1:
+                # token-weighted means over the steps since the last log line
                 tok_s = window_tokens / max(window_time, 1e-9)
+                loss, nll = window_loss / window_tokens, window_nll / window_tokens
                 bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:.0f}")
                 self.log.metrics("train", s["step"], loss=loss, nll=nll, ppl=math.exp(min(nll, 50)), lr=lr,
                                  tokens_per_s=tok_s, epoch=s.get("epoch", 0))
                 self.log.info(f"step {s['step']} epoch {s.get('epoch', 0)} loss {loss:.4f} ppl "
                               f"{math.exp(min(nll, 50)):.2f} lr {lr:.2e} {tok_s:.0f} tok/s")
-                window_tokens, window_time = 0, 0.0
+                window_tokens, window_time, window_loss, window_nll = 0, 0.0, 0.0, 0.0
             # rank 0 decides (time limits differ slightly per rank); validation holds collectives
             stop_reason = self._broadcast_stop(self._should_stop())
             if s["step"] % t.valid_every == 0 or stop_reason is not None:

@@ -244,3 +244,16 @@ def test_translate_with_beam_nbest_prefix_and_alignment(trained_run, corpus, tmp
     out = capsys.readouterr().out
     assert "paired bootstrap" in out and "p = " in out
     assert (tmp_path / "h.txt.nbest").read_text().count("\n") == 48
+
+
+def test_plot_attention_and_curves_of_a_trained_run(trained_run, tmp_path):
+    from matplotlib.image import imread
+
+    attention = tmp_path / "attention.png"
+    assert main(["plot", "attention", str(trained_run), "--text", "a b c", "--out", str(attention)]) == 0
+    assert imread(attention).shape[0] > 100
+    assert main(["plot", "attention", str(trained_run), "--text", "a b c", "--self", "encoder", "--layer", "0",
+                 "--out", str(tmp_path / "self.svg")]) == 0
+    assert "<svg" in (tmp_path / "self.svg").read_text()[:500]
+    assert main(["plot", "curves", str(trained_run), "--out", str(tmp_path / "curves.png")]) == 0
+    assert imread(tmp_path / "curves.png").shape[1] > 100
