@@ -217,8 +217,9 @@ class Trainer:
     def run(self) -> dict:
         t, s = self.cfg.train, self.state
         batches = self._lm_batches() if self.cfg.data.task == "lm" else self._translation_batches()
-        bar = tqdm(total=t.max_steps or None, initial=s["step"], disable=not self.dist.is_main,
-                   unit="step", dynamic_ncols=True, mininterval=1.0)
+        # with a time budget the step count that ends the run is unknown: show no total (and no false ETA)
+        bar = tqdm(total=t.max_steps if t.max_steps > 0 and t.max_time <= 0 else None, initial=s["step"],
+                   disable=not self.dist.is_main, unit="step", dynamic_ncols=True, mininterval=1.0)
         window_tokens, window_time, window_loss, window_nll, bad_in_a_row = 0, 0.0, 0.0, 0.0, 0
         stop_reason = self._should_stop()
         last_valid_step = -1
