@@ -96,9 +96,10 @@ def chrf(hyps: Sequence[str], refs: Refs, word_order: int = 0, lowercase: bool =
 def ter(hyps: Sequence[str], refs: Refs, case_sensitive: bool = False, asian_support: bool = False) -> Score:
     """Corpus TER (translation edit rate; lower is better), sacreBLEU's tercom-compatible version.
 
-    ``asian_support`` splits CJK text into characters (Chinese has no spaces between words).
+    ``asian_support`` splits CJK text into characters (Chinese has no spaces between words);
+    sacreBLEU applies it only with tercom's normalisation, so it turns that on too.
     """
-    metric = TER(case_sensitive=case_sensitive, asian_support=asian_support)
+    metric = TER(case_sensitive=case_sensitive, asian_support=asian_support, normalized=asian_support)
     result = metric.corpus_score(list(hyps), _streams(hyps, refs))
     details = {"num_edits": result.num_edits, "ref_length": result.ref_length}
     return Score(result.score, str(metric.get_signature()), details, "TER")
