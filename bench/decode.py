@@ -301,9 +301,10 @@ class Runtimes:
     """seqmap, transformers and CTranslate2, each in its own process.
 
     Each library keeps its own OpenMP thread pool to itself, as in a real deployment. In one
-    process they do not: after a CTranslate2 call, torch's decoding in that process took 1.6x to
-    2x longer here (its OpenMP workers stopped spinning between parallel regions and slept instead:
-    about 5,700 voluntary context switches per call against 0 before).
+    process they do not: after a CTranslate2 call, torch's decoding in that process took 1.25x
+    (beam-5) to 1.7x (greedy) longer here, for seqmap and transformers alike (torch's OpenMP workers
+    stopped spinning between parallel regions and slept instead: about 5,700 voluntary context
+    switches per greedy call against 0 before). See docs/benchmarks.md.
     """
 
     def __init__(self, args, ct2_dir: str):
