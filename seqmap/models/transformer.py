@@ -44,6 +44,17 @@ class TransformerEncoder(nn.Module):
         return self.final_norm(x), weights
 
 
+def cross_mask(src_mask: Tensor | None) -> Tensor | None:
+    """(B, S) source padding mask -> (B, 1, 1, S) for cross-attention; None when nothing is padded.
+
+    Checked once per batch, so unpadded batches (one sentence, equal lengths) skip the
+    mask in every cross-attention call of every step.
+    """
+    if src_mask is None or bool(src_mask.all()):
+        return None
+    return key_mask(src_mask)
+
+
 @dataclass
 class TransformerState:
     """Decoder state: a self-attention cache per layer, cross keys/values per layer."""
@@ -87,7 +98,7 @@ class TransformerDecoder(nn.Module):
         return TransformerState(
             caches=[KVCache() for _ in self.layers],
             memory_kv=[layer.cross_attn.project_memory(memory.states) for layer in self.layers],
-            memory_mask=None if memory.mask is None else key_mask(memory.mask),
+            memory_mask=cross_mask(memory.mask),
         )
 
     def forward(self, tokens: Tensor, memory: Memory, state: TransformerState | None = None,
@@ -100,7 +111,7 @@ class TransformerDecoder(nn.Module):
         offset = 0 if state is None else state.position
         x = self.dropout(self.positional.embed(self.embedding(tokens), offset))
         if state is None:
-            memory_mask = None if memory.mask is None else key_mask(memory.mask)
+            memory_mask = cross_mask(memory.mask)
         else:
             memory_mask = state.memory_mask
         weights = []
