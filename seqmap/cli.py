@@ -125,13 +125,14 @@ def _load(args: argparse.Namespace):
 
 
 def _decode_config(run, args: argparse.Namespace):
+    """The run's decode config with ``--decode.KEY VALUE`` overrides; other sections cannot change here."""
     from seqmap.config import DecodeConfig, from_dict, to_dict
 
-    values = to_dict(run.cfg.decode)
-    values.update({k: v for k, v in apply_overrides({"decode": {}}, args.overrides)["decode"].items()})
-    extra = [o for o in args.overrides if not o.lstrip("-").startswith("decode.")]
-    if extra and any(o.startswith("--") for o in extra):
-        raise UserError(f"only --decode.* options can be overridden here, got {extra[0]}")
+    overrides = apply_overrides({}, args.overrides)
+    other = [key for key in overrides if key != "decode"]
+    if other:
+        raise UserError(f"only --decode.* options can be overridden here, got --{other[0]}.*")
+    values = {**to_dict(run.cfg.decode), **overrides.get("decode", {})}
     return from_dict(DecodeConfig, values, "decode")
 
 

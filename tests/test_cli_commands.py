@@ -45,3 +45,27 @@ def test_plot_needs_its_arguments(tmp_path, capsys):
     assert "RUN_DIR" in capsys.readouterr().err
     assert main(["plot", "curves", str(tmp_path), "--out", str(tmp_path / "c.png")]) == 2
     assert "metrics.jsonl" in capsys.readouterr().err
+
+
+def test_run_commands_accept_only_decode_overrides(tmp_path, capsys):
+    import torch
+
+    from seqmap.config import DataConfig, ModelConfig, RunConfig, TrainConfig, to_dict
+    from seqmap.data.tokenizers import train_pair
+    from seqmap.models.builder import build_model
+    from seqmap.training.checkpoint import save_checkpoint
+
+    src, tgt = train_pair("char", ["abc"], ["abc"], joint=True)
+    cfg = RunConfig(model=ModelConfig(src_vocab=src.vocab_size, tgt_vocab=src.vocab_size, d_model=16, n_heads=2,
+                                      d_ff=32, enc_layers=1, dec_layers=1),
+                    data=DataConfig(tokenizer="char"), train=TrainConfig())
+    torch.manual_seed(0)
+    tok_dir = tmp_path / "tok"
+    src.save(tok_dir)
+    ckpt = save_checkpoint(tmp_path / "ckpt", model=build_model(cfg.model), trainer_state={}, config=to_dict(cfg),
+                           tokenizer_dir=tok_dir)
+    assert main(["translate", str(ckpt), "abc", "--model.d_model", "8"]) == 2
+    assert "only --decode.* options" in capsys.readouterr().err
+    assert main(["translate", str(ckpt), "abc", "--decode.beam_sise", "2"]) == 2
+    assert "did you mean decode.beam_size" in capsys.readouterr().err
+    assert main(["translate", str(ckpt), "abc", "--decode.beam_size", "2", "--decode.max_len_b", "3"]) == 0
