@@ -26,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 from pathlib import Path
@@ -36,6 +35,9 @@ from torch import Tensor, nn
 from torch.utils.benchmark import Timer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/common.py
+
+from common import cpu_name  # noqa: E402
 
 from seqmap.nn.attention import causal_mask  # noqa: E402
 from seqmap.nn.multihead import MultiHeadAttention  # noqa: E402
@@ -157,15 +159,6 @@ def time_length(modules, batch, t, d_model, causal, repeats, threads, min_sample
     return {name: 1e3 * statistics.median(s) for name, s in samples.items()}
 
 
-def cpu_name() -> str:
-    """The CPU model as ``lscpu`` names it, or the architecture where /proc/cpuinfo is missing."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main(argv=None) -> None:

@@ -45,7 +45,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -56,6 +55,9 @@ import torch
 from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/common.py
+
+from common import cpu_name  # noqa: E402
 
 from seqmap.config import ModelConfig  # noqa: E402
 from seqmap.decoding.beam import beam_search  # noqa: E402
@@ -343,14 +345,6 @@ def time_calls(runtimes: Runtimes, beam: int, repeats: int, warmup: int) -> dict
     return samples
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def profile_seqmap(args, beams: list[int], rows: int = 25) -> None:

@@ -1,0 +1,17 @@
+"""What every bench script shares: naming the machine a result was measured on."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+
+def cpu_name() -> str:
+    """The CPU model as ``lscpu`` names it, or the architecture where /proc/cpuinfo is missing."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
