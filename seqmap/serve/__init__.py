@@ -1,0 +1,118 @@
+"""Serve a trained run over HTTP, with a page to translate and explore attention.
+
+    seqmap serve RUN_DIR [--host 127.0.0.1] [--port 8000] [--checkpoint best|last|DIR]
+                         [--max-batch 32] [--wait-ms 5] [--threads N]
+
+``app.py`` is the FastAPI app (``create_app``), ``engine.py`` the decode work,
+``batcher.py`` the dynamic batching, ``schemas.py`` the request and response
+bodies with their limits, ``static/`` the page. FastAPI and uvicorn are an
+optional extra (``pip install -e ".[serve]"``), so this module imports them only
+when the command runs: ``seqmap.cli`` can add the subcommand without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+USAGE_ERROR = 2  # as seqmap.cli: a user error prints one line and exits 2
+LOOPBACK = "127.0.0.1"
+
+
+class ServeError(ValueError):
+    """A mistake in the serve command's options or environment; printed as one line, exit status 2."""
+
+
+def add_parser(commands) -> argparse.ArgumentParser:
+    """Add the ``serve`` subcommand to ``commands`` (the object ``add_subparsers`` returned)."""
+    p = commands.add_parser(
+        "serve", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="serve a trained run over HTTP, with a page to translate and explore attention",
+        description="Serve RUN_DIR over HTTP: POST /translate (or /generate for a language model),\n"
+                    "GET /health, GET /info, the API docs at /docs, and a page at / to translate and\n"
+                    "explore attention. Concurrent requests are decoded together (dynamic batching).\n"
+                    "Binds to 127.0.0.1 unless --host says otherwise. Needs the serve extra:\n"
+                    "pip install -e \".[serve]\".",
+        epilog="examples:\n  seqmap serve runs/en-zh   (then open http://127.0.0.1:8000/)\n"
+               "  seqmap serve runs/en-zh --port 8080 --max-batch 64 --wait-ms 10 --threads 2\n"
+               "  curl -s localhost:8000/translate -H 'content-type: application/json' "
+               "-d '{\"text\": \"I love you.\"}'")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (or one checkpoint directory)")
+    p.add_argument("--host", default=LOOPBACK, help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--checkpoint", "--which", dest="checkpoint", default="best",
+                   help="best (default), last, or a checkpoint directory")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    p.add_argument("--max-batch", type=int, default=32,
+                   help="most sentences decoded together (default 32; 1 = one request at a time)")
+    p.add_argument("--wait-ms", type=float, default=5.0,
+                   help="how long a batch waits for more requests after its first (default 5 ms)")
+    p.add_argument("--max-chars", type=int, default=1000, help="characters per text (default 1000)")
+    p.add_argument("--max-texts", type=int, default=32, help="texts per /translate request (default 32)")
+    p.add_argument("--max-beam", type=int, default=8, help="largest beam size a request may ask for (default 8)")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="most tokens per /generate request (default 256)")
+    p.set_defaults(handler=main)
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``seqmap serve`` with parsed ``args``; user errors print one line to stderr and return 2."""
+    from seqmap.config import ConfigError
+    from seqmap.data.tokenizers import TokenizerError
+    from seqmap.runs import RunError
+    from seqmap.training.checkpoint import CheckpointError
+
+    try:
+        app, settings = _build(args)
+    except (ServeError, RunError, CheckpointError, TokenizerError, ConfigError) as e:
+        print(f"seqmap: error: {e}", file=sys.stderr)
+        return USAGE_ERROR
+    import uvicorn
+
+    where = f"http://{args.host}:{args.port}/"
+    print(f"serving {args.run_dir} ({settings}) on {where}  (API docs: {where}docs; Ctrl-C stops)", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+def _build(args: argparse.Namespace):
+    """Check the options, load the run and make the app; ServeError says which option is wrong."""
+    overrides = getattr(args, "overrides", None)
+    if overrides:
+        raise ServeError(f"seqmap serve takes no config overrides (got {overrides[0]}); decode options "
+                         "(beam_size, n_best, ...) are per request")
+    for name in ("max_batch", "max_chars", "max_texts", "max_beam", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            raise ServeError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.wait_ms < 0:
+        raise ServeError(f"--wait-ms must be >= 0, got {args.wait_ms}")
+    if not 0 < args.port < 65536:
+        raise ServeError(f"--port must be in 1..65535, got {args.port}")
+    if args.threads is not None and args.threads <= 0:
+        raise ServeError(f"--threads must be > 0, got {args.threads}")
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise ServeError(f"seqmap serve needs FastAPI and uvicorn ({e.name} is not installed): "
+                         "pip install -e \".[serve]\"") from None
+    import torch
+
+    from seqmap.runs import load_run
+    from seqmap.serve.app import create_app
+    from seqmap.serve.schemas import Limits
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise ServeError(f"--device {args.device!r} is not a device; use cpu, cuda or cuda:N") from None
+    run = load_run(args.run_dir, args.checkpoint, device)
+    limits = Limits(max_chars=args.max_chars, max_texts=args.max_texts, max_beam=args.max_beam,
+                    max_new_tokens=args.max_new_tokens)
+    app = create_app(run, limits=limits, max_batch=args.max_batch, wait_ms=args.wait_ms, threads=args.threads)
+    settings = (f"{run.cfg.model.family}, checkpoint {run.checkpoint.name}, max batch {args.max_batch}, "
+                f"wait {args.wait_ms:g} ms, {torch.get_num_threads()} threads")
+    return app, settings

@@ -1,0 +1,222 @@
+"""The FastAPI app: routes, error bodies, the page, and the batcher that runs the model.
+
+    app = create_app(load_run("runs/en-zh"), max_batch=32, wait_ms=5)
+    uvicorn.run(app, host="127.0.0.1", port=8000)
+
+Routes (the OpenAPI schema is at ``/openapi.json``, browsable at ``/docs``):
+
+    GET  /             the page: translate (or generate) and explore attention
+    GET  /health       liveness, and the batcher's counters (batches, batch sizes)
+    GET  /info         the model: family, sizes, parameters, vocabularies, training summary, limits
+    POST /translate    translation models: one text or a list, beam / n-best / length penalty / attention
+    POST /generate     language models: a prompt, sampling options, a seed
+
+Handlers only check and queue: the decoding happens in the batcher's worker
+thread (``seqmap.serve.batcher``), so the event loop stays free to accept, reject
+and answer requests while a batch decodes. Every error body is
+``{"detail": "...", "field": ...}`` (``seqmap.serve.schemas``); a bad request never
+stops the server.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel
+
+import seqmap
+from seqmap.runs import LoadedRun
+from seqmap.serve.batcher import Batcher
+from seqmap.serve.engine import Engine, GenerateJob, TranslateJob
+from seqmap.serve.schemas import (
+    ErrorBody,
+    GenerateRequest,
+    GenerateResponse,
+    Limits,
+    RequestError,
+    TranslateRequest,
+    TranslateResponse,
+    check_generate,
+    check_translate,
+    limits_dict,
+)
+
+STATIC_DIR = Path(__file__).parent / "static"
+BODIES: dict[str, type[BaseModel]] = {"/translate": TranslateRequest, "/generate": GenerateRequest}
+UNION_TAGS = {"str": "a string or a list of strings", "list[str]": "a string or a list of strings"}
+ERRORS = {status: {"model": ErrorBody} for status in (409, 413, 422, 500)}
+log = logging.getLogger("seqmap.serve")
+
+
+def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int = 32, wait_ms: float = 5.0,
+               threads: int | None = None) -> FastAPI:
+    """A FastAPI app serving ``run``.
+
+    Args:
+        run: a loaded run (``seqmap.runs.load_run``), translation model or LM.
+        limits: what one request may ask for (``Limits()`` by default).
+        max_batch: most sentences decoded together; 1 serves one request at a time.
+        wait_ms: how long a batch waits for more requests after its first.
+        threads: torch CPU threads for the worker thread that runs the model (None: torch's choice).
+    """
+    limits = limits or Limits()
+    engine = Engine(run, limits)
+
+    def worker_start() -> None:
+        if threads is not None:
+            torch.set_num_threads(threads)
+
+    batcher = Batcher(_run_batch(engine), max_batch=max_batch, wait_ms=wait_ms, on_start=worker_start)
+    info = {**engine.info(), "limits": limits_dict(limits), "seqmap": seqmap.__version__}
+    started = time.time()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher.start()
+        yield
+        batcher.stop()
+
+    app = FastAPI(title="seqmap", version=seqmap.__version__, lifespan=lifespan,
+                  description="Translate or generate with a trained seqmap run, and read its attention.")
+    app.state.engine, app.state.batcher, app.state.limits = engine, batcher, limits
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    _add_error_handlers(app, limits)
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html")
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        """Liveness, and the batcher's counters: batches run, requests per batch, failures."""
+        return {"status": "ok", "task": engine.task, "uptime_s": round(time.time() - started, 1),
+                "batching": batcher.snapshot()}
+
+    @app.get("/info")
+    async def model_info() -> dict[str, Any]:
+        """The model (family, sizes, parameters), vocabularies, training summary, decode defaults, limits."""
+        return {**info, "batching": {"max_batch": batcher.max_batch, "wait_ms": batcher.wait * 1000.0}}
+
+    @app.post("/translate", response_model=TranslateResponse, responses=ERRORS)
+    async def translate(req: TranslateRequest) -> JSONResponse:
+        """Translate one text or a list; beam search and n-best on request, attention of each best translation."""
+        if engine.task != "translation":
+            raise RequestError("this server holds a language model; POST /generate with a prompt instead", None, 409)
+        texts = check_translate(req, limits, engine.decode.beam_size)
+        if req.attention and not engine.has_attention:
+            raise RequestError("this model has no attention (an RNN with rnn_attention=none); "
+                               "send attention=false", "attention", 409)
+        batcher.start()  # no-op once running (an ASGI client without lifespan events starts it here)
+        results = await batcher.submit(engine.translate_key(req), TranslateJob(texts, req.attention),
+                                       size=len(texts))
+        return JSONResponse({"translations": results})
+
+    @app.post("/generate", response_model=GenerateResponse, responses=ERRORS)
+    async def generate(req: GenerateRequest) -> JSONResponse:
+        """Continue a prompt with a language model (sampling with a seed, or greedy)."""
+        if engine.task != "lm":
+            raise RequestError("this server holds a translation model; POST /translate with a text instead",
+                               None, 409)
+        check_generate(req, limits)
+        if req.attention and not engine.has_attention:
+            raise RequestError("this model returns no attention; send attention=false", "attention", 409)
+        ids = engine.prompt_ids(req.prompt)
+        batcher.start()
+        result = await batcher.submit(engine.generate_key(req, ids), GenerateJob(req.prompt, ids, req.seed,
+                                                                                 req.attention))
+        return JSONResponse(result)
+
+    return app
+
+
+def _run_batch(engine: Engine):
+    """The batcher's ``run_batch``: dispatch on the key's first element."""
+
+    def run_batch(key, jobs):
+        if key[0] == "translate":
+            return engine.run_translate(key, jobs)
+        return engine.run_generate(key, jobs)
+
+    return run_batch
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+def _add_error_handlers(app: FastAPI, limits: Limits) -> None:
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next):
+        """Refuse an oversized body before reading it (413), whatever the route."""
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limits.max_body_bytes:
+            return _error(413, f"the request body has {length} bytes; at most {limits.max_body_bytes}", None)
+        return await call_next(request)
+
+    @app.exception_handler(RequestError)
+    async def request_error(request: Request, error: RequestError) -> JSONResponse:
+        return _error(error.status, str(error), error.field)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+        content_type = request.headers.get("content-type", "")
+        if request.url.path in BODIES and "json" not in content_type:
+            return _error(422, f"the body must be JSON, sent with the header content-type: application/json "
+                               f"(got {content_type or 'no content-type'})", "body")
+        problems: dict[str, str] = {}  # field -> message; the members of a union (text) give one message
+        errors = sorted(error.errors(), key=lambda e: e.get("type") != "extra_forbidden")  # a misspelt name first
+        for e in errors:
+            field, message = _describe(e, BODIES.get(request.url.path))
+            problems.setdefault(field, message)
+        fields = list(problems)
+        return _error(422, "; ".join(problems[f] for f in fields[:3]), fields[0] if fields else None)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, error: Exception) -> JSONResponse:
+        log.exception("error while serving %s", request.url.path)
+        return _error(500, f"internal error: {type(error).__name__}: {error}", None)
+
+
+def _error(status: int, detail: str, field: str | None) -> JSONResponse:
+    return JSONResponse({"detail": detail, "field": field}, status_code=status)
+
+
+def _describe(error: dict[str, Any], body: type[BaseModel] | None) -> tuple[str, str]:
+    """(field, one-line message) for one pydantic error: the field's dotted name, the problem, what was sent."""
+    loc = [str(part) for part in error.get("loc", ()) if part != "body"]
+    kind = error.get("type", "")
+    union = [part for part in loc if part in UNION_TAGS]
+    if union:  # a value that fits no member of a union, e.g. text: 5 for ``str | list[str]``
+        at = loc.index(union[0])
+        field = ".".join(loc[:at])
+        if loc[at + 1:]:  # an item of the list member: text[1]
+            item = f"{field}[{']['.join(loc[at + 1:])}]"
+            return item, f"{item} must be a string (got {_shown(error.get('input'))})"
+        return field, f"{field} must be {UNION_TAGS[union[0]]} (got {_shown(error.get('input'))})"
+    if kind == "json_invalid":
+        where = error.get("ctx", {}).get("error", "")
+        return "body", f"the body is not valid JSON ({where}); send a JSON object such as {{\"text\": \"Hello.\"}}"
+    field = ".".join(loc) or "body"
+    if kind == "extra_forbidden" and body is not None:
+        names = list(body.model_fields)
+        near = difflib.get_close_matches(loc[-1], names, n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        return field, f"unknown field {field!r}; {hint}the fields are {', '.join(names)}"
+    if kind == "missing":
+        return field, f"{field} is required" if loc else "the body is missing; send a JSON object"
+    if field == "body":
+        return field, f"the body must be a JSON object with named fields: {error.get('msg', '')}"
+    return field, f"{field}: {error.get('msg', 'invalid value')} (got {_shown(error.get('input'))})"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

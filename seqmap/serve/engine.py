@@ -1,0 +1,249 @@
+"""The model side of the server: batches of requests in, JSON-ready results out. No HTTP here.
+
+``Engine`` wraps a loaded run (``seqmap.runs.load_run``) and offers what the
+batcher calls from its worker thread:
+
+    engine.translate_key(req)          -> the batch key: options a batch must share
+    engine.run_translate(key, jobs)    -> per job, its list of translation dicts
+    engine.generate_key(req, ids)      -> likewise for a language model
+    engine.run_generate(key, jobs)
+
+Translation decodes every sentence of a batch in one ``translate_nbest`` call (which
+sorts by length and cuts the batch under the run's token budget), so a batch gives
+the same outputs as one request at a time, up to float rounding. Attention, when
+asked for, comes from forced decoding of the best translation
+(``seqmap.decoding.align.forced_attention``), exactly as ``seqmap plot attention``
+draws it; it is not part of the batch key.
+
+Generation feeds prompts of one length together (a decoder-only model cannot pad
+a prompt on the left), and samples each row with its own seeded generator, so a
+request's text depends on its seed only, never on which requests shared its
+batch, and equals ``seqmap generate --seed N`` for the same prompt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from seqmap.config import DecodeConfig, to_dict
+from seqmap.data.tokenizers import BOS, EOS, PAD
+from seqmap.decoding.align import forced_attention
+from seqmap.decoding.greedy import decode_loop, pick_best
+from seqmap.decoding.sampling import top_k_filter, top_p_filter
+from seqmap.decoding.text import lm_prompt, resolve_config, strip_output, translate_nbest
+from seqmap.runs import LoadedRun
+from seqmap.serve.schemas import GenerateRequest, Limits, TranslateRequest
+
+DECIMALS = 4  # attention weights are rounded for the JSON (a 1e-4 difference is invisible in a heatmap)
+
+
+@dataclass(frozen=True)
+class TranslateJob:
+    texts: list[str]
+    attention: bool
+
+
+@dataclass(frozen=True)
+class GenerateJob:
+    prompt: str
+    ids: list[int]
+    seed: int
+    attention: bool
+
+
+def per_row_sampling(temperature: float, top_k: int, top_p: float, generators: Sequence[torch.Generator]):
+    """A ``decode_loop`` choice that samples row b with ``generators[b]`` (filters as ``sampling_choice``).
+
+    With one row it draws exactly what ``seqmap.decoding.sampling.sampling_choice``
+    draws; with several, each row's draws depend on its own generator only.
+    """
+
+    def choose(log_probs: Tensor) -> tuple[Tensor, Tensor]:
+        probs = top_p_filter(top_k_filter(log_probs / temperature, top_k), top_p).softmax(-1)  # (B, V)
+        tokens = torch.cat([torch.multinomial(probs[b: b + 1], 1, generator=g) for b, g in enumerate(generators)])
+        tokens = tokens.squeeze(-1)  # (B,)
+        return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+    return choose
+
+
+def attention_payload(weights: Tensor, source_tokens: list[str], output_tokens: list[str]) -> dict[str, Any]:
+    """(L, H, T, S) weights and their labels as the ``Attention`` schema's dict."""
+    assert weights.shape[-2:] == (len(output_tokens), len(source_tokens)), (tuple(weights.shape),
+                                                                            len(output_tokens), len(source_tokens))
+    return {"source_tokens": source_tokens, "output_tokens": output_tokens, "layers": weights.size(0),
+            "heads": weights.size(1), "weights": weights.double().round(decimals=DECIMALS).tolist()}
+
+
+class Engine:
+    """A loaded run and the decode work of the server (called from the batcher's worker thread only)."""
+
+    def __init__(self, run: LoadedRun, limits: Limits | None = None) -> None:
+        self.run = run
+        self.limits = limits or Limits()
+        self.task = "lm" if run.src_tok is None else "translation"
+        self.decode: DecodeConfig = run.cfg.decode
+        self.has_attention = self._probe_attention()
+
+    @torch.no_grad()
+    def _probe_attention(self) -> bool:
+        """Whether forced decoding returns attention (an RNN with rnn_attention=none does not)."""
+        src = None if self.task == "lm" else [EOS]
+        return forced_attention(self.run.model, src, [EOS], device=self.run.device) is not None
+
+    # -- translation -----------------------------------------------------------------------------
+
+    def translate_key(self, req: TranslateRequest) -> Hashable:
+        """Options that every request of a batch must share: beam size, n-best, length penalty."""
+        beam = req.beam_size or self.decode.beam_size
+        penalty = self.decode.length_penalty if req.length_penalty is None else req.length_penalty
+        return ("translate", beam, req.n_best, float(penalty))
+
+    def run_translate(self, key: Hashable, jobs: list[TranslateJob]) -> list[list[dict[str, Any]]]:
+        """Translate the sentences of every job in one call; per job, one dict per sentence."""
+        _, beam, n_best, penalty = key
+        run = self.run
+        decode = resolve_config(self.decode, {"beam_size": beam, "length_penalty": penalty})
+        texts = [t for job in jobs for t in job.texts]
+        sources = [run.src_tok.encode(t) for t in texts]
+        nbest = translate_nbest(run.model, sources, decode, n_best=n_best, device=run.device)
+        out, i = [], 0
+        for job in jobs:
+            results = []
+            for text in job.texts:
+                entries, src_ids = nbest[i], sources[i]
+                i += 1
+                best = entries[0].output
+                results.append({
+                    "source": text,
+                    "translation": run.tgt_tok.decode(best),
+                    "nbest": [{"text": run.tgt_tok.decode(e.output), "score": e.score, "normalized": e.normalized}
+                              for e in entries],
+                    "attention": self.cross_attention(text, src_ids, best) if job.attention else None,
+                })
+            out.append(results)
+        return out
+
+    @torch.no_grad()
+    def cross_attention(self, text: str, src_ids: list[int], hyp_ids: list[int]) -> dict[str, Any]:
+        """What each output token (and the final EOS step) attended to in the source: the page's heatmap."""
+        run = self.run
+        weights = forced_attention(run.model, src_ids, hyp_ids, device=run.device)  # (L, H, n + 1, S)
+        source_tokens = run.src_tok.tokens(text) or run.src_tok.pieces([EOS])  # an empty source reads one EOS
+        output_tokens = [*run.tgt_tok.pieces(hyp_ids), *run.tgt_tok.pieces([EOS])]
+        return attention_payload(weights, source_tokens, output_tokens)
+
+    # -- generation ------------------------------------------------------------------------------
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        return lm_prompt(self.run.tgt_tok, prompt)
+
+    def generate_key(self, req: GenerateRequest, ids: list[int]) -> Hashable:
+        """Options shared by a batch, and the prompt length (prompts of a batch are fed as one tensor)."""
+        d = self.decode
+        max_new = req.max_new_tokens or min(d.max_new_tokens, self.limits.max_new_tokens)
+        if not req.sample:
+            return ("generate", len(ids), max_new, False, None, None, None)
+        temperature = d.temperature if req.temperature is None else req.temperature
+        top_k = d.top_k if req.top_k is None else req.top_k
+        top_p = d.top_p if req.top_p is None else req.top_p
+        return ("generate", len(ids), max_new, True, float(temperature), int(top_k), float(top_p))
+
+    @torch.no_grad()
+    def run_generate(self, key: Hashable, jobs: list[GenerateJob]) -> list[dict[str, Any]]:
+        _, _, max_new, sample, temperature, top_k, top_p = key
+        run = self.run
+        prompt = torch.tensor([job.ids for job in jobs], dtype=torch.long, device=run.device)  # (B, P)
+        if sample:
+            generators = [torch.Generator(device=run.device).manual_seed(job.seed) for job in jobs]
+            choose = per_row_sampling(temperature, top_k, top_p, generators)
+        else:
+            choose = pick_best
+        result = decode_loop(run.model, None, None, bos=BOS, eos=EOS, max_len=max_new, pad=PAD, prompt=prompt,
+                             choose=choose)
+        out = []
+        for b, job in enumerate(jobs):
+            ids = strip_output(result.tokens[b, : int(result.lengths[b])].tolist())
+            finished = len(ids) < int(result.lengths[b])  # the row ended with EOS
+            out.append({"prompt": job.prompt, "text": run.tgt_tok.decode(ids), "tokens": len(ids),
+                        "finished": finished,
+                        "attention": self.self_attention(job.ids, ids, finished) if job.attention else None})
+        return out
+
+    @torch.no_grad()
+    def self_attention(self, prompt_ids: list[int], out_ids: list[int], finished: bool) -> dict[str, Any]:
+        """Per generated token (and the EOS step, if the text ended), its attention over every token before it.
+
+        The whole sequence is fed once (forced decoding); row r of that pass is the
+        query at position r, which chose token r + 1, so generated token j was
+        chosen by row P - 1 + j.
+        """
+        run = self.run
+        full = [*prompt_ids, *out_ids]
+        weights = forced_attention(run.model, None, full[1:], bos=full[0], device=run.device)  # (L, H, N, N)
+        rows = len(out_ids) + int(finished)
+        start = len(prompt_ids) - 1
+        weights = weights[:, :, start: start + rows]
+        outputs = run.tgt_tok.pieces(out_ids) + (run.tgt_tok.pieces([EOS]) if finished else [])
+        return attention_payload(weights, run.tgt_tok.pieces(full), outputs)
+
+    # -- description -------------------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        """What /info shows: the model, its vocabularies, how it was trained, decode defaults, limits."""
+        run, cfg = self.run, self.run.cfg
+        m = cfg.model
+        if m.family == "rnn":
+            sizes = {"rnn_cell": m.rnn_cell, "emb_size": m.emb_size, "hidden_size": m.hidden_size,
+                     "enc_layers": m.enc_layers, "dec_layers": m.dec_layers, "bidirectional": m.bidirectional,
+                     "rnn_attention": m.rnn_attention}
+        else:
+            sizes = {"d_model": m.d_model, "n_heads": m.n_heads, "n_kv_heads": m.n_kv_heads or m.n_heads,
+                     "d_ff": m.d_ff, "enc_layers": m.enc_layers if m.family == "transformer" else 0,
+                     "dec_layers": m.dec_layers, "positional": m.positional, "norm_position": m.norm_position}
+        d, t = cfg.data, cfg.train
+        return {
+            "task": self.task,
+            "family": m.family,
+            "checkpoint": str(run.checkpoint),
+            "step": _checkpoint_step(run.checkpoint),
+            "parameters": sum(p.numel() for p in run.model.parameters()),
+            "sizes": sizes,
+            "attention": self._attention_shape(),
+            "vocabulary": {"tokenizer": run.tgt_tok.kind,
+                           "source": None if run.src_tok is None else run.src_tok.vocab_size,
+                           "target": run.tgt_tok.vocab_size,
+                           "joint": run.src_tok is run.tgt_tok or (run.src_tok is not None and d.joint_vocab)},
+            "languages": {"source": d.src_lang, "target": d.tgt_lang},
+            "training": {"dataset": d.dataset, "tokenizer": d.tokenizer, "vocab_size": d.vocab_size,
+                         "max_steps": t.max_steps, "max_time_minutes": t.max_time, "max_tokens": t.max_tokens,
+                         "lr": t.lr, "schedule": t.schedule, "warmup": t.warmup,
+                         "label_smoothing": t.label_smoothing, "dropout": m.dropout},
+            "decode_defaults": to_dict(self.decode),
+            "model_config": to_dict(m),
+        }
+
+    def _attention_shape(self) -> dict[str, Any]:
+        """Layers and heads of the attention the page shows (None when the model has none)."""
+        if not self.has_attention:
+            return {"available": False, "layers": 0, "heads": 0}
+        src = None if self.task == "lm" else [EOS]
+        weights = forced_attention(self.run.model, src, [EOS], device=self.run.device)
+        return {"available": True, "layers": weights.size(0), "heads": weights.size(1)}
+
+
+def _checkpoint_step(checkpoint) -> int | None:
+    """The optimiser step a checkpoint was saved at (from its trainer.json), if it says."""
+    try:
+        state = json.loads((checkpoint / "trainer.json").read_text())
+    except (OSError, ValueError):
+        return None
+    trainer = state.get("trainer_state") if isinstance(state, dict) else None
+    step = trainer.get("step") if isinstance(trainer, dict) else None
+    return step if isinstance(step, int) else None

@@ -1,0 +1,154 @@
+"""The HTTP API's request and response bodies (pydantic), and the limits every request is checked against.
+
+Types and fixed ranges (a beam size is a positive integer, top-p lies in (0, 1])
+are declared on the fields, so FastAPI rejects a wrong type with 422 naming the
+field and the OpenAPI schema at ``/docs`` shows them. Limits that a server
+operator sets (``Limits``: characters per text, texts per request, beam size, new
+tokens) are checked by ``check_translate`` / ``check_generate`` and raise
+``RequestError``, which the app turns into the same 422 shape. Unknown fields are
+rejected (``extra="forbid"``), so a misspelt ``beam_sise`` is an error, not a
+silently ignored option.
+
+Every error body is ``{"detail": "<one line: the field, the problem, the fix>",
+"field": "<dotted field name or null>"}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for; beyond these the server answers 422 and says which limit."""
+
+    max_chars: int = 1000  # characters per text (a source sentence or a prompt)
+    max_texts: int = 32  # texts per /translate request
+    max_beam: int = 8  # beam size
+    max_new_tokens: int = 256  # tokens per /generate request
+    max_body_bytes: int = 1_000_000  # request body size (checked before parsing: 413 beyond it)
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if value <= 0:
+                raise ValueError(f"Limits.{name} must be > 0, got {value}")
+
+
+class RequestError(ValueError):
+    """A request breaks a limit or asks for something this model cannot do; answered with ``status``."""
+
+    def __init__(self, message: str, field: str | None = None, status: int = 422) -> None:
+        super().__init__(message)
+        self.field = field
+        self.status = status
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TranslateRequest(_Strict):
+    """``POST /translate``: one text or a list; beam search options; attention on request."""
+
+    text: str | list[str] = Field(description="a sentence, or a list of sentences", examples=["Where is the station?"])
+    beam_size: int | None = Field(None, ge=1, description="1 = greedy; default: the run's decode.beam_size")
+    n_best: int = Field(1, ge=1, description="translations returned per text, best first (<= beam_size)")
+    length_penalty: float | None = Field(None, ge=0.0, description="GNMT alpha; default: the run's")
+    attention: bool = Field(False, description="also return each best translation's cross-attention")
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float = Field(description="sum of token log-probabilities, EOS included")
+    normalized: float = Field(description="score / GNMT length penalty: what beam search ranks by")
+
+
+class Attention(BaseModel):
+    """Attention of each output token (rows) over the source tokens (columns), per layer and head.
+
+    ``weights[l][h][i][j]``: layer l, head h, output token i, source token j. The last
+    output row is the step that chose the end of sentence (``</s>``). RNN models have
+    one layer and one head.
+    """
+
+    source_tokens: list[str]
+    output_tokens: list[str]
+    layers: int
+    heads: int
+    weights: list[list[list[list[float]]]]
+
+
+class Translation(BaseModel):
+    source: str
+    translation: str = Field(description="the best translation")
+    nbest: list[Hypothesis] = Field(description="n_best entries, best first (the first is `translation`)")
+    attention: Attention | None = None
+
+
+class TranslateResponse(BaseModel):
+    translations: list[Translation]
+
+
+class GenerateRequest(_Strict):
+    """``POST /generate``: continue a prompt with a language model."""
+
+    prompt: str = Field("", description="text to continue (empty: start a new line)")
+    max_new_tokens: int | None = Field(None, ge=1, description="default: the run's decode.max_new_tokens, capped")
+    sample: bool = Field(True, description="sample (temperature, top-k, top-p); false = greedy")
+    temperature: float | None = Field(None, gt=0.0, description="default: the run's decode.temperature")
+    top_k: int | None = Field(None, ge=0, description="keep the k most likely tokens (0 = off)")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="nucleus mass (1 = off)")
+    seed: int = Field(0, ge=0, description="sampling seed: same seed, same prompt, same text")
+    attention: bool = Field(False, description="also return the self-attention of each generated token")
+
+
+class GenerateResponse(BaseModel):
+    prompt: str
+    text: str = Field(description="the continuation, prompt excluded")
+    tokens: int = Field(description="generated tokens, end of text excluded")
+    finished: bool = Field(description="true if the model ended the text, false if max_new_tokens cut it")
+    attention: Attention | None = Field(None, description="rows: generated tokens; columns: every token so far")
+
+
+class ErrorBody(BaseModel):
+    detail: str
+    field: str | None = None
+
+
+def check_translate(req: TranslateRequest, limits: Limits, default_beam: int) -> list[str]:
+    """The request's texts, after checking them against ``limits``; raises ``RequestError`` naming the field."""
+    texts = [req.text] if isinstance(req.text, str) else list(req.text)
+    if not texts:
+        raise RequestError("text is an empty list; send a sentence or a list of sentences", "text")
+    if len(texts) > limits.max_texts:
+        raise RequestError(f"text has {len(texts)} sentences; at most {limits.max_texts} per request "
+                           "(split them over several requests)", "text")
+    for i, text in enumerate(texts):
+        _check_chars(text, limits, "text" if isinstance(req.text, str) else f"text[{i}]")
+    beam = req.beam_size or default_beam
+    if beam > limits.max_beam:
+        raise RequestError(f"beam_size {beam} is above this server's limit of {limits.max_beam}", "beam_size")
+    if req.n_best > beam:
+        raise RequestError(f"n_best {req.n_best} needs beam_size >= {req.n_best} (got {beam}); "
+                           "raise beam_size or lower n_best", "n_best")
+    return texts
+
+
+def check_generate(req: GenerateRequest, limits: Limits) -> None:
+    _check_chars(req.prompt, limits, "prompt")
+    if req.max_new_tokens is not None and req.max_new_tokens > limits.max_new_tokens:
+        raise RequestError(f"max_new_tokens {req.max_new_tokens} is above this server's limit of "
+                           f"{limits.max_new_tokens}", "max_new_tokens")
+
+
+def _check_chars(text: str, limits: Limits, name: str) -> None:
+    if len(text) > limits.max_chars:
+        raise RequestError(f"{name} has {len(text)} characters; at most {limits.max_chars} per text "
+                           "(split long text into sentences)", name)
+
+
+def limits_dict(limits: Limits) -> dict[str, Any]:
+    return asdict(limits)

@@ -1,0 +1,87 @@
+"""Tiny trained runs for the server tests: a reverse-the-words Transformer and a character LM (seconds each)."""
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqmap.config import RunConfig, from_dict
+from seqmap.runs import LoadedRun, load_run
+from seqmap.training.trainer import train
+
+LETTERS = "abcdefghij"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread():
+    """One CPU thread: these tests share the machine with other work; restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _reverse_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(n):
+        words = [rng.choice(LETTERS) for _ in range(rng.randint(2, 7))]
+        pairs.append((" ".join(words), " ".join(reversed(words))))
+    return pairs
+
+
+def translation_config(root: Path, steps: int = 200) -> dict:
+    data = {"tokenizer": "word", "max_len": 32}
+    for split, n, seed in (("train", 400, 1), ("valid", 16, 2)):
+        pairs = _reverse_pairs(n, seed)
+        (root / f"{split}.src").write_text("".join(s + "\n" for s, _ in pairs))
+        (root / f"{split}.tgt").write_text("".join(t + "\n" for _, t in pairs))
+        data[f"{split}_src"], data[f"{split}_tgt"] = str(root / f"{split}.src"), str(root / f"{split}.tgt")
+    return {"model": {"family": "transformer", "d_model": 32, "n_heads": 2, "d_ff": 64, "enc_layers": 2,
+                      "dec_layers": 2, "dropout": 0.0},
+            "data": data,
+            "train": {"max_steps": steps, "max_tokens": 600, "lr": 5e-3, "warmup": 20, "schedule": "constant",
+                      "valid_every": steps, "log_every": steps, "valid_bleu": False, "seed": 3, "device": "cpu"},
+            "decode": {"max_len_a": 1.0, "max_len_b": 5}}
+
+
+def lm_config(root: Path, steps: int = 40) -> dict:
+    text = "to be or not to be, that is the question.\n" * 40
+    (root / "train.txt").write_text(text)
+    (root / "valid.txt").write_text(text[:400])
+    return {"model": {"family": "lm", "d_model": 32, "n_heads": 2, "d_ff": 64, "dec_layers": 2, "dropout": 0.0},
+            "data": {"task": "lm", "tokenizer": "char", "train": str(root / "train.txt"),
+                     "valid": str(root / "valid.txt"), "context": 32},
+            "train": {"max_steps": steps, "batch_size": 8, "lr": 3e-3, "warmup": 5, "valid_every": steps,
+                      "log_every": steps, "device": "cpu"},
+            "decode": {"max_new_tokens": 24}}
+
+
+def _train(cfg: dict, run_dir: Path) -> Path:
+    with open(os.devnull, "w") as devnull:
+        train(from_dict(RunConfig, cfg), run_dir, stream=devnull)
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def translation_run_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("serve_translation")
+    return _train(translation_config(root), root / "run")
+
+
+@pytest.fixture(scope="session")
+def lm_run_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("serve_lm")
+    return _train(lm_config(root), root / "run")
+
+
+@pytest.fixture(scope="session")
+def translation_run(translation_run_dir) -> LoadedRun:
+    return load_run(translation_run_dir)
+
+
+@pytest.fixture(scope="session")
+def lm_run(lm_run_dir) -> LoadedRun:
+    return load_run(lm_run_dir)

@@ -1,0 +1,240 @@
+"""The HTTP API through the ASGI client: every endpoint, every limit, malformed input, wrong endpoints.
+
+Outputs are compared with the library functions the CLI uses (``translate_nbest``,
+``generate_texts``, ``forced_attention``), so the server is checked against the same
+decoding, not against numbers written down here.
+"""
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from seqmap.decoding.align import forced_attention
+from seqmap.decoding.text import generate_texts, resolve_config, translate_nbest, translate_texts
+from seqmap.serve.app import create_app
+from seqmap.serve.schemas import Limits
+
+LIMITS = Limits(max_chars=40, max_texts=4, max_beam=4, max_new_tokens=30, max_body_bytes=4000)
+
+
+@pytest.fixture(scope="module")
+def client(translation_run):
+    with TestClient(create_app(translation_run, limits=LIMITS, max_batch=8, wait_ms=2)) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def lm_client(lm_run):
+    with TestClient(create_app(lm_run, limits=LIMITS, max_batch=8, wait_ms=2)) as c:
+        yield c
+
+
+def assert_still_serving(client, body=None):
+    assert client.get("/health").json()["status"] == "ok"
+    response = client.post("/translate", json=body or {"text": "a b c"})
+    assert response.status_code == 200, response.text
+
+
+# -- endpoints ----------------------------------------------------------------------------------
+
+def test_health_and_info_describe_the_model(client, translation_run):
+    health = client.get("/health").json()
+    assert health["status"] == "ok" and health["task"] == "translation"
+    assert {"batches", "requests", "max_batch_requests", "batch_requests"} <= set(health["batching"])
+    info = client.get("/info").json()
+    assert info["family"] == "transformer" and info["task"] == "translation"
+    assert info["parameters"] == sum(p.numel() for p in translation_run.model.parameters())
+    assert info["vocabulary"]["source"] == translation_run.src_tok.vocab_size
+    assert info["vocabulary"]["target"] == translation_run.tgt_tok.vocab_size
+    assert info["sizes"]["d_model"] == 32 and info["sizes"]["enc_layers"] == 2
+    assert info["attention"] == {"available": True, "layers": 2, "heads": 2}
+    assert info["step"] == 200 and info["training"]["max_steps"] == 200
+    assert info["limits"]["max_beam"] == LIMITS.max_beam and info["batching"]["max_batch"] == 8
+
+
+def test_openapi_schema_and_docs(client):
+    schema = client.get("/openapi.json").json()
+    assert {"/translate", "/generate", "/health", "/info"} <= set(schema["paths"])
+    request = schema["components"]["schemas"]["TranslateRequest"]["properties"]
+    assert {"text", "beam_size", "n_best", "length_penalty", "attention"} <= set(request)
+    assert "422" in schema["paths"]["/translate"]["post"]["responses"]
+    docs = client.get("/docs")
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+
+
+def test_page_and_its_files_are_served(client):
+    page = client.get("/")
+    assert page.status_code == 200 and 'id="heatmap"' in page.text and "/static/app.js" in page.text
+    assert "http" not in page.text.split("<body>")[0].replace('name="viewport"', "")  # nothing from elsewhere
+    for name in ("app.js", "style.css"):
+        assert client.get(f"/static/{name}").status_code == 200
+
+
+def test_translate_one_text_equals_the_library(client, translation_run):
+    run = translation_run
+    response = client.post("/translate", json={"text": "a b c d"})
+    assert response.status_code == 200
+    (result,) = response.json()["translations"]
+    (expected,) = translate_texts(run.model, run.src_tok, run.tgt_tok, ["a b c d"], run.cfg.decode)
+    assert result["source"] == "a b c d" and result["translation"] == expected
+    assert len(result["nbest"]) == 1 and result["nbest"][0]["text"] == expected
+    assert result["attention"] is None  # only on request
+
+
+def test_translate_a_list_with_beam_and_nbest(client, translation_run):
+    run = translation_run
+    texts = ["a b c", "j i h g"]
+    body = {"text": texts, "beam_size": 3, "n_best": 3, "length_penalty": 0.6}
+    results = client.post("/translate", json=body).json()["translations"]
+    decode = resolve_config(run.cfg.decode, {"beam_size": 3, "length_penalty": 0.6})
+    expected = translate_nbest(run.model, [run.src_tok.encode(t) for t in texts], decode, n_best=3)
+    assert [r["source"] for r in results] == texts
+    for result, entries in zip(results, expected):
+        assert [h["text"] for h in result["nbest"]] == [run.tgt_tok.decode(e.output) for e in entries]
+        assert [h["normalized"] for h in result["nbest"]] == pytest.approx([e.normalized for e in entries], abs=1e-5)
+        scores = [h["normalized"] for h in result["nbest"]]
+        assert scores == sorted(scores, reverse=True) and result["translation"] == result["nbest"][0]["text"]
+
+
+def test_attention_is_the_forced_decoding_attention_of_the_best_translation(client, translation_run):
+    run = translation_run
+    (result,) = client.post("/translate", json={"text": "a b c d e", "attention": True}).json()["translations"]
+    attention = result["attention"]
+    hyp = run.tgt_tok.encode(result["translation"])
+    assert attention["source_tokens"] == ["a", "b", "c", "d", "e"]
+    assert attention["output_tokens"] == [*run.tgt_tok.pieces(hyp), "</s>"]
+    weights = torch.tensor(attention["weights"], dtype=torch.float64)
+    assert weights.shape == (2, 2, len(hyp) + 1, 5) and (attention["layers"], attention["heads"]) == (2, 2)
+    expected = forced_attention(run.model, run.src_tok.encode("a b c d e"), hyp)
+    assert torch.allclose(weights, expected.double(), atol=1e-4)
+    assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:-1], dtype=weights.dtype), atol=1e-3)
+
+
+# -- limits and bad input ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, field, words", [
+    ({"text": "a " * 30}, "text", ["60 characters", "at most 40"]),
+    ({"text": ["a", "b " * 30]}, "text[1]", ["at most 40"]),
+    ({"text": ["a"] * 5}, "text", ["5 sentences", "at most 4"]),
+    ({"text": []}, "text", ["empty list"]),
+    ({"text": "a", "beam_size": 5}, "beam_size", ["limit of 4"]),
+    ({"text": "a", "beam_size": 2, "n_best": 3}, "n_best", ["beam_size >= 3"]),
+    ({"text": "a", "n_best": 2}, "n_best", ["beam_size >= 2"]),  # the run's default beam is 1
+    ({"text": "a", "beam_size": 0}, "beam_size", ["greater than or equal to 1"]),
+    ({"text": "a", "length_penalty": -1}, "length_penalty", ["greater than or equal to 0"]),
+])
+def test_each_limit_is_a_422_naming_the_field(client, body, field, words):
+    response = client.post("/translate", json=body)
+    assert response.status_code == 422, response.text
+    error = response.json()
+    assert error["field"] == field
+    for word in words:
+        assert word in error["detail"]
+    assert_still_serving(client)
+
+
+@pytest.mark.parametrize("content, field, words", [
+    ('{"text": "a b"', "body", ["not valid JSON"]),
+    ("[1, 2]", "body", ["JSON object"]),
+    ('{"txt": "a b"}', "txt", ["unknown field 'txt'", "did you mean 'text'"]),
+    ('{"text": "a", "beam_sise": 2}', "beam_sise", ["did you mean 'beam_size'"]),
+    ("{}", "text", ["text is required"]),
+    ('{"text": 5}', "text", ["a string or a list of strings", "got 5"]),
+    ('{"text": ["a", 3]}', "text", ["text[1] must be a string"]),
+    ('{"text": "a", "beam_size": "wide"}', "beam_size", ["valid integer", "'wide'"]),
+    ('{"text": "a", "attention": "maybe"}', "attention", ["valid boolean"]),
+    ("", "body", ["body is missing"]),
+])
+def test_malformed_requests_get_422_naming_the_field(client, content, field, words):
+    response = client.post("/translate", content=content, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == field
+    for word in words:
+        assert word in response.json()["detail"]
+    assert_still_serving(client)
+
+
+def test_a_body_without_json_content_type_or_too_large(client):
+    response = client.post("/translate", content='{"text": "a"}', headers={"content-type": "text/plain"})
+    assert response.status_code == 422 and "content-type: application/json" in response.json()["detail"]
+    response = client.post("/translate", json={"text": "a" * 5000})
+    assert response.status_code == 413 and "at most 4000" in response.json()["detail"]
+    assert_still_serving(client)
+
+
+def test_the_wrong_endpoint_for_the_model_names_the_right_one(client, lm_client):
+    response = client.post("/generate", json={"prompt": "a"})
+    assert response.status_code == 409 and "POST /translate" in response.json()["detail"]
+    response = lm_client.post("/translate", json={"text": "to be"})
+    assert response.status_code == 409 and "POST /generate" in response.json()["detail"]
+    assert client.get("/nowhere").status_code == 404
+    assert client.get("/translate").status_code == 405
+    assert_still_serving(client)
+
+
+def test_an_error_inside_decoding_is_a_500_and_the_worker_survives(client, monkeypatch):
+    engine = client.app.state.engine
+    real = engine.run_translate
+
+    def broken(key, jobs):
+        if any("boom" in t for job in jobs for t in job.texts):
+            raise RuntimeError("boom")
+        return real(key, jobs)
+
+    monkeypatch.setattr(engine, "run_translate", broken)
+    tc = TestClient(client.app, raise_server_exceptions=False)
+    response = tc.post("/translate", json={"text": "boom"})
+    assert response.status_code == 500 and "RuntimeError: boom" in response.json()["detail"]
+    assert_still_serving(client)
+
+
+# -- language models ----------------------------------------------------------------------------
+
+def test_generate_equals_seqmap_generate_with_the_same_seed(lm_client, lm_run):
+    run = lm_run
+    for seed in (0, 7):
+        result = lm_client.post("/generate", json={"prompt": "to be", "max_new_tokens": 20, "seed": seed}).json()
+        (expected,) = generate_texts(run.model, run.tgt_tok, ["to be"], run.cfg.decode, sample=True, seed=seed,
+                                     max_new_tokens=20)
+        assert result["prompt"] == "to be" and result["text"] == expected
+        assert result["tokens"] == len(run.tgt_tok.encode(expected))
+    greedy = lm_client.post("/generate", json={"prompt": "to be", "max_new_tokens": 20, "sample": False}).json()
+    (expected,) = generate_texts(run.model, run.tgt_tok, ["to be"], run.cfg.decode, max_new_tokens=20)
+    assert greedy["text"] == expected
+
+
+def test_generate_attention_rows_are_the_generated_tokens(lm_client, lm_run):
+    body = {"prompt": "to be", "max_new_tokens": 12, "seed": 3, "attention": True}
+    result = lm_client.post("/generate", json=body).json()
+    attention = result["attention"]
+    rows = result["tokens"] + int(result["finished"])
+    assert len(attention["output_tokens"]) == rows
+    assert len(attention["source_tokens"]) == len("to be") + result["tokens"]  # a character LM: no EOS before
+    weights = torch.tensor(attention["weights"])
+    assert weights.shape == (2, 2, rows, len(attention["source_tokens"]))
+    # causal: the step that chose generated token j sees the prompt and tokens before j only
+    prompt = len("to be")
+    for j in range(rows):
+        assert weights[..., j, prompt + j:].abs().max() == 0
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"prompt": "a", "max_new_tokens": 31}, "max_new_tokens"),
+    ({"prompt": "a" * 41}, "prompt"),
+    ({"prompt": "a", "temperature": 0}, "temperature"),
+    ({"prompt": "a", "top_p": 1.5}, "top_p"),
+    ({"prompt": "a", "top_k": -1}, "top_k"),
+    ({"prompt": "a", "seed": "x"}, "seed"),
+    ({"prompt": 3}, "prompt"),
+])
+def test_generate_limits(lm_client, body, field):
+    response = lm_client.post("/generate", json=body)
+    assert response.status_code == 422 and response.json()["field"] == field, response.text
+    assert lm_client.post("/generate", json={"prompt": "to", "max_new_tokens": 3}).status_code == 200
+
+
+def test_lm_info(lm_client, lm_run):
+    info = lm_client.get("/info").json()
+    assert info["task"] == "lm" and info["family"] == "lm"
+    assert info["vocabulary"]["source"] is None and info["vocabulary"]["target"] == lm_run.tgt_tok.vocab_size
+    assert info["sizes"]["enc_layers"] == 0 and info["attention"]["layers"] == 2

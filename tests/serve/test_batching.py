@@ -1,0 +1,150 @@
+"""Dynamic batching: concurrent requests are decoded together, never mixed across options, and a batch
+gives each request exactly what it would get alone."""
+
+import asyncio
+import threading
+
+import httpx
+import pytest
+
+from seqmap.serve.app import create_app
+from seqmap.serve.batcher import Batcher
+
+# -- the batcher alone, with a fake model ---------------------------------------------------------
+
+
+def recording_batcher(**kwargs):
+    calls = []
+    lock = threading.Lock()
+
+    def run_batch(key, payloads):
+        with lock:
+            calls.append((key, list(payloads)))
+        if "bad" in payloads:
+            raise ValueError("a bad payload")
+        return [f"{key}:{p}" for p in payloads]
+
+    return Batcher(run_batch, **kwargs), calls
+
+
+async def submit_all(batcher, requests):
+    return await asyncio.gather(*(batcher.submit(key, payload, size) for key, payload, size in requests),
+                                return_exceptions=True)
+
+
+def test_concurrent_requests_with_one_key_form_one_batch():
+    batcher, calls = recording_batcher(max_batch=32, wait_ms=200)
+    batcher.start()
+    try:
+        results = asyncio.run(submit_all(batcher, [("k", i, 1) for i in range(8)]))
+    finally:
+        batcher.stop()
+    assert results == [f"k:{i}" for i in range(8)]  # each request gets its own result
+    assert len(calls) == 1 and calls[0][1] == list(range(8))
+    assert batcher.stats.max_batch_requests == 8 and batcher.stats.batch_requests == {8: 1}
+
+
+def test_batches_never_mix_keys_and_respect_max_batch():
+    batcher, calls = recording_batcher(max_batch=5, wait_ms=100)
+    batcher.start()
+    requests = [("beam1" if i % 3 else "beam4", i, 1 + i % 2) for i in range(20)]
+    try:
+        results = asyncio.run(submit_all(batcher, requests))
+    finally:
+        batcher.stop()
+    assert results == [f"{key}:{payload}" for key, payload, _ in requests]
+    sizes = {payload: size for _, payload, size in requests}
+    for key, payloads in calls:
+        assert all(("beam1" if p % 3 else "beam4") == key for p in payloads)
+        assert sum(sizes[p] for p in payloads) <= 5
+    assert sorted(p for _, payloads in calls for p in payloads) == list(range(20))  # each decoded once
+    assert batcher.stats.max_batch_requests > 1
+
+
+def test_an_error_fails_only_its_own_request_and_the_worker_goes_on():
+    batcher, calls = recording_batcher(max_batch=8, wait_ms=100)
+    batcher.start()
+    try:
+        results = asyncio.run(submit_all(batcher, [("k", "a", 1), ("k", "bad", 1), ("k", "b", 1)]))
+        again = asyncio.run(submit_all(batcher, [("k", "c", 1)]))
+    finally:
+        batcher.stop()
+    assert results[0] == "k:a" and results[2] == "k:b"
+    assert isinstance(results[1], ValueError) and "bad payload" in str(results[1])
+    assert again == ["k:c"]
+    assert batcher.stats.failed_batches == 2 and batcher.stats.failed_requests == 1  # the batch, then "bad" alone
+
+
+def test_max_batch_one_serves_one_request_at_a_time():
+    batcher, calls = recording_batcher(max_batch=1, wait_ms=50)
+    batcher.start()
+    try:
+        asyncio.run(submit_all(batcher, [("k", i, 1) for i in range(6)]))
+    finally:
+        batcher.stop()
+    assert [len(payloads) for _, payloads in calls] == [1] * 6
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="max_batch"):
+        Batcher(lambda k, p: p, max_batch=0)
+    with pytest.raises(ValueError, match="wait_ms"):
+        Batcher(lambda k, p: p, wait_ms=-1)
+
+
+# -- the app: batched answers equal one-at-a-time answers -------------------------------------------
+
+SENTENCES = ["a b c", "d e f g", "h i", "j a b c d e", "b", "c d e", "f g h i j", "a a b b", "i h g", "e d c b a",
+             "g", "h h", "a c e g i", "b d f h j", "c", "j i"]
+
+
+async def post_concurrently(app, path, bodies):
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        responses = await asyncio.gather(*(client.post(path, json=body) for body in bodies))
+        health = (await client.get("/health")).json()
+    app.state.batcher.stop()
+    return [r.json() for r in responses], health
+
+
+def serve(run, bodies, path="/translate", **settings):
+    return asyncio.run(post_concurrently(create_app(run, **settings), path, bodies))
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_batched_translations_equal_one_at_a_time(translation_run, beam_size):
+    bodies = [{"text": s, "beam_size": beam_size, "n_best": min(2, beam_size)} for s in SENTENCES]
+    batched, health = serve(translation_run, bodies, max_batch=32, wait_ms=100)
+    alone, alone_health = serve(translation_run, bodies, max_batch=1, wait_ms=0)
+    assert health["batching"]["max_batch_requests"] > 1  # requests really were decoded together
+    assert health["batching"]["batches"] < len(bodies)
+    assert alone_health["batching"]["max_batch_requests"] == 1
+    assert alone_health["batching"]["batches"] == len(bodies)
+    for got, want in zip(batched, alone):
+        (g,), (w,) = got["translations"], want["translations"]
+        assert g["translation"] == w["translation"] and [h["text"] for h in g["nbest"]] == [
+            h["text"] for h in w["nbest"]]
+        assert [h["score"] for h in g["nbest"]] == pytest.approx([h["score"] for h in w["nbest"]], abs=1e-4)
+
+
+def test_requests_with_different_options_are_answered_each_by_its_own_options(translation_run):
+    bodies = [{"text": s, "beam_size": 1 + i % 2, "attention": i % 3 == 0} for i, s in enumerate(SENTENCES[:8])]
+    batched, health = serve(translation_run, bodies, max_batch=32, wait_ms=100)
+    alone, _ = serve(translation_run, bodies, max_batch=1, wait_ms=0)
+    assert health["batching"]["batches"] >= 2  # two beam sizes cannot share a batch
+    for body, got, want in zip(bodies, batched, alone):
+        (g,), (w,) = got["translations"], want["translations"]
+        assert g["translation"] == w["translation"]
+        assert (g["attention"] is not None) == body["attention"]
+        if body["attention"]:
+            assert g["attention"]["output_tokens"] == w["attention"]["output_tokens"]
+
+
+def test_batched_generation_equals_generation_alone(lm_run):
+    # one prompt length (prompts of a batch share it); each request samples with its own seed
+    bodies = [{"prompt": p, "max_new_tokens": 16, "seed": i} for i, p in enumerate(["to be", "or no", "that "] * 3)]
+    batched, health = serve(lm_run, bodies, path="/generate", max_batch=32, wait_ms=100)
+    alone, _ = serve(lm_run, bodies, path="/generate", max_batch=1, wait_ms=0)
+    assert health["batching"]["max_batch_requests"] > 1
+    assert [r["text"] for r in batched] == [r["text"] for r in alone]
+    assert len({r["text"] for r in batched}) > 1  # different seeds, different texts
