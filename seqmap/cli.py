@@ -196,12 +196,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")
     try:
         result = evaluate_files(run, args.src, args.ref, _decode_config(run, args), out, n_best=args.nbest,
-                                tokenize=args.tokenize, compare_with=args.compare)
+                                tokenize=args.tokenize, compare_with=args.compare, tok_ref=args.tok_ref)
     except ValueError as e:  # a bad --tokenize, --nbest beyond the beam, hypotheses of another length
         raise UserError(str(e)) from None
     print(f"BLEU = {result['bleu']:.2f}   {result['bleu_signature']}")
     print(f"chrF = {result['chrf']:.2f}   {result['chrf_signature']}")
     print(f"TER  = {result['ter']:.2f}   {result['ter_signature']}")
+    if "bleu_lc_tok" in result:
+        print(f"BLEU (tokenized, lowercased) = {result['bleu_lc_tok']:.2f}   {result['bleu_lc_tok_signature']}")
     print(f"reference perplexity = {result['ppl']:.2f}")
     print(f"{result['sentences']} hypotheses written to {out}")
     if "nbest_file" in result:
@@ -359,6 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--out", help="where to write the hypotheses (default: RUN_DIR/eval/SRC.hyp)")
     evaluate.add_argument("--nbest", type=int, default=1, help="also write N-best lists to OUT.nbest")
     evaluate.add_argument("--tokenize", help="sacreBLEU tokenizer (default: zh for Chinese targets, else 13a)")
+    evaluate.add_argument("--tok-ref", metavar="TOK_REF",
+                          help="also report BLEU on Moses-tokenized lowercased text against this reference "
+                               "(e.g. Multi30k's test2016.lc.norm.tok.en), as most Multi30k papers do")
     evaluate.add_argument("--compare", metavar="OTHER_HYPS",
                           help="paired bootstrap significance test against another system's hypotheses")
     evaluate.set_defaults(handler=cmd_evaluate)

@@ -85,7 +85,7 @@ def reference_perplexity(run: LoadedRun, sources: list[str], refs: list[str], ma
 
 def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: DecodeConfig | None = None,
                    out: Path | None = None, *, n_best: int = 1, tokenize: str | None = None,
-                   compare_with: str | Path | None = None) -> dict:
+                   compare_with: str | Path | None = None, tok_refs: Sequence[str] | None = None) -> dict:
     """Translate ``sources``, write the hypotheses to ``out`` (one per line), and score them.
 
     Args:
@@ -96,8 +96,12 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
         tokenize: sacreBLEU's BLEU tokenizer (default: by the run's target language).
         compare_with: a file of another system's hypotheses, one per line: adds
             ``compare`` (both BLEU scores and the paired bootstrap p-value).
+        tok_refs: the references Moses-tokenized and lowercased (Multi30k's ``*.lc.norm.tok.*``):
+            adds ``bleu_lc_tok`` and its signature (see ``seqmap.metrics.bleu_lc_tok``).
     """
     decode = decode or run.cfg.decode
+    if tok_refs is not None and len(tok_refs) != len(refs):
+        raise ValueError(f"the tokenized references have {len(tok_refs)} lines but the references {len(refs)}")
     tokenize = bleu_tokenizer(run.cfg.data.tgt_lang, tokenize)
     other = None if compare_with is None else read_lines(compare_with, "--compare")
     translated = translate_texts(run.model, run.src_tok, run.tgt_tok, sources, decode, n_best=n_best,
@@ -110,6 +114,9 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
         if n_best > 1:
             result["nbest_file"] = str(write_nbest(out.with_name(out.name + ".nbest"), translated))
     result.update(score(hyps, refs, run.cfg.data.tgt_lang, tokenize))
+    if tok_refs is not None:
+        lc_tok = mt.bleu_lc_tok(hyps, tok_refs, run.cfg.data.tgt_lang)
+        result.update(bleu_lc_tok=lc_tok.value, bleu_lc_tok_signature=lc_tok.signature)
     result["ppl"] = reference_perplexity(run, sources, refs, decode.max_tokens)
     result["sentences"] = len(hyps)
     if other is not None:
@@ -119,7 +126,8 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
 
 def evaluate_files(run: LoadedRun, src: str | Path, ref: str | Path, decode: DecodeConfig | None = None,
                    out: Path | None = None, *, n_best: int = 1, tokenize: str | None = None,
-                   compare_with: str | Path | None = None) -> dict:
+                   compare_with: str | Path | None = None, tok_ref: str | Path | None = None) -> dict:
     pairs = read_parallel(src, ref, "--src", "--ref")
+    tok_refs = None if tok_ref is None else read_lines(tok_ref, "--tok-ref")
     return evaluate_pairs(run, [s for s, _ in pairs], [r for _, r in pairs], decode, out, n_best=n_best,
-                          tokenize=tokenize, compare_with=compare_with)
+                          tokenize=tokenize, compare_with=compare_with, tok_refs=tok_refs)

@@ -105,6 +105,34 @@ def ter(hyps: Sequence[str], refs: Refs, case_sensitive: bool = False, asian_sup
     return Score(result.score, str(metric.get_signature()), details, "TER")
 
 
+def moses_lc_tok(texts: Sequence[str], lang: str) -> list[str]:
+    """Lowercase, normalise punctuation and tokenize with sacremoses, as Multi30k's ``task1-tokenize.sh`` does.
+
+    That script runs Moses' ``lowercase.perl``, ``normalize-punctuation.perl -l L`` and
+    ``tokenizer.perl -l L`` (which escapes ``'`` as ``&apos;`` and so on); sacremoses is the
+    maintained Python port of those scripts. Applied to Multi30k's raw test2016 files this
+    reproduces the official ``*.lc.norm.tok.*`` files line for line (tested).
+    """
+    try:
+        from sacremoses import MosesPunctNormalizer, MosesTokenizer
+    except ImportError:  # a core dependency; only a broken install lacks it
+        raise ImportError("tokenized BLEU needs sacremoses: pip install sacremoses") from None
+    normalizer, tokenizer = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+    return [tokenizer.tokenize(normalizer.normalize(t.lower()), return_str=True) for t in texts]
+
+
+def bleu_lc_tok(hyps: Sequence[str], tok_refs: Sequence[str], lang: str) -> Score:
+    """BLEU of detokenized hypotheses against Moses-tokenized lowercased references (Multi30k's papers).
+
+    Most Multi30k results (e.g. the bentrevett/pytorch-seq2seq figures) are BLEU on
+    tokenized lowercased text. The hypotheses go through :func:`moses_lc_tok`; the
+    references must already be so tokenized (``*.lc.norm.tok.*``); sacreBLEU then scores
+    with ``tokenize="none"``. The signature says ``tok:none``: report it as
+    "tokenized lowercased BLEU", not comparable with detokenized sacreBLEU.
+    """
+    return bleu(moses_lc_tok(hyps, lang), list(tok_refs), tokenize="none")
+
+
 def perplexity(nll_sum: float, n_tokens: int) -> float:
     """``exp(nll_sum / n_tokens)`` from the NLL summed over *all* tokens (natural log); inf on overflow.
 

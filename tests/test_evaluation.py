@@ -96,3 +96,13 @@ def test_evaluate_compares_with_another_systems_file(tmp_path):
     assert result["compare"]["bleu"] == pytest.approx(result["bleu"])
     assert result["compare"]["other_bleu"] == pytest.approx(100.0)
     assert 0 < result["compare"]["p_value"] <= 1
+
+
+def test_tok_refs_add_tokenized_lowercased_bleu(tmp_path):
+    run = make_run(beam_size=1)
+    result = evaluate_pairs(run, SOURCES, REFS, out=tmp_path / "test.hyp", tok_refs=REFS)
+    hyps = (tmp_path / "test.hyp").read_text(encoding="utf-8").splitlines()
+    assert result["bleu_lc_tok"] == pytest.approx(mt.bleu(hyps, REFS, tokenize="none").value)
+    assert "tok:none" in result["bleu_lc_tok_signature"]
+    with pytest.raises(ValueError, match="tokenized references have 2 lines"):
+        evaluate_pairs(run, SOURCES, REFS, tok_refs=REFS[:2])

@@ -1,12 +1,14 @@
 """Metrics: parity with sacreBLEU called directly, signatures, perplexity from sums."""
 
+import gzip
 import math
+from pathlib import Path
 
 import pytest
 import sacrebleu
 import torch
 
-from seqmap.metrics import Score, bleu, chrf, perplexity, ter, tokenizer_for
+from seqmap.metrics import Score, bleu, bleu_lc_tok, chrf, moses_lc_tok, perplexity, ter, tokenizer_for
 from seqmap.training.loss import label_smoothed_nll
 
 HYPS = ["The cat sat on the mat.", "A quick brown fox jumps over the dog!", "It is raining today."]
@@ -83,3 +85,27 @@ def test_perplexity_uses_sums_not_batch_averages():
     assert perplexity(1e6, 1) == math.inf
     with pytest.raises(ValueError, match="n_tokens > 0"):
         perplexity(1.0, 0)
+
+
+SHARED_M30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
+
+
+@pytest.mark.skipif(not SHARED_M30K.is_dir(), reason=f"shared corpora absent: {SHARED_M30K}")
+@pytest.mark.parametrize("lang", ["en", "de"])
+def test_moses_lc_tok_reproduces_multi30k_official_tokenized_files(lang):
+    def lines(name):
+        with gzip.open(SHARED_M30K / name, "rt", encoding="utf-8") as f:
+            return f.read().splitlines()[:300]
+
+    raw, official = lines(f"test_2016_flickr.{lang}.gz"), lines(f"test_2016_flickr.lc.norm.tok.{lang}.gz")
+    assert moses_lc_tok(raw, lang) == official
+
+
+def test_bleu_lc_tok_ignores_case_and_tokenization_of_the_hypotheses():
+    refs = moses_lc_tok(REFS, "en")
+    assert refs[0] == "the cat sat on a mat ."
+    perfect = bleu_lc_tok([r.upper() for r in REFS], refs, "en")
+    assert perfect.value == pytest.approx(100.0) and "tok:none" in perfect.signature
+    assert bleu_lc_tok(HYPS, refs, "en").value < 100.0
+    dont = bleu_lc_tok(["I don't know."], ["i don &apos;t know ."], "en")
+    assert dont.value == pytest.approx(100.0)  # Moses escapes the apostrophe and splits "n't"

@@ -69,6 +69,17 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups: matrices (weights, embeddings) decay; vectors (biases, norm gains) do not.
+
+    Decaying a LayerNorm gain pulls it towards 0, which only shrinks the layer's output; the usual
+    practice (GPT-2, nanoGPT, fairseq's ``--weight-decay`` with no-decay lists) exempts them.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
 class Trainer:
     """Holds what one run needs; ``run()`` trains until a stopping rule fires."""
 
@@ -108,8 +119,7 @@ class Trainer:
         self.ddp = (nn.parallel.DistributedDataParallel(self.model, device_ids=[self.device] if self.device.type
                                                          == "cuda" else None) if self.dist.enabled else self.model)
         t = self.cfg.train
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, betas=tuple(t.betas),
-                                           weight_decay=t.weight_decay)
+        self.optimizer = torch.optim.AdamW(param_groups(self.model, t.weight_decay), lr=t.lr, betas=tuple(t.betas))
         params = dict(warmup=t.warmup, lr=t.lr)
         if t.schedule == "cosine":
             if t.max_steps <= 0:

@@ -180,9 +180,10 @@ def test_translate_evaluate_and_average_commands(trained_run, corpus, tmp_path, 
     assert capsys.readouterr().out.count("\n") == 24
     out = tmp_path / "hyps.txt"
     assert main(["evaluate", str(trained_run), "--src", str(corpus / "test.src"), "--ref", str(corpus / "test.tgt"),
-                 "--out", str(out)]) == 0
+                 "--out", str(out), "--tok-ref", str(corpus / "test.tgt")]) == 0
     printed = capsys.readouterr().out
     assert "BLEU = " in printed and "nrefs:1" in printed and "reference perplexity" in printed
+    assert "BLEU (tokenized, lowercased) = " in printed and "tok:none" in printed
     assert out.read_text().count("\n") == 24
     checkpoints = sorted(str(p) for p in (trained_run / "checkpoints").glob("step-*"))
     assert len(checkpoints) == 2

@@ -1,0 +1,392 @@
+"""Training speed: seqmap vs torch.nn.Transformer vs Hugging Face MarianMTModel, one Transformer shape.
+
+    python bench/train.py                   # fixed batch + a sample of real Multi30k batches
+    python bench/train.py --quick           # smoke test: tiny batches, 2 timed steps
+    python bench/train.py --full-epoch      # real batches: the whole Multi30k epoch, not a sample
+    python bench/train.py --json out.json   # also write the rows as JSON
+
+The shape (issue 5): 3 + 3 layers, d_model 256, 4 heads, feed-forward 1024 (ReLU), post-LayerNorm,
+one vocabulary of 8000 shared by source, target and output layer (tied), dropout 0.1, sinusoidal
+positions, label-smoothed (0.1) cross-entropy, gradient clipping at 1.0, AdamW. One *step* is what a
+trainer does per batch: forward, loss, backward, clip, optimiser step, zero the gradients.
+
+Implementations (all PyTorch, all fp32 on the CPU, each in train mode with dropout on):
+
+* seqmap: ``build_model`` and ``label_smoothed_nll``, the functions ``seqmap train`` uses.
+* torch: ``torch.nn.Transformer`` (batch-first) with an ``nn.Embedding`` scaled by sqrt(D), a fixed
+  sinusoidal table and an output layer tied to the embedding; ``F.cross_entropy`` with
+  ``label_smoothing``. (nn.Transformer adds a final LayerNorm to each stack; seqmap's post-LN does not.)
+* marian: ``MarianMTModel`` built from a ``MarianConfig`` of the same shape (its default attention
+  implementation), loss as for torch.
+
+Two measurements:
+
+1. **Fixed batch**: B sentences of source and target length L (no padding; B * L is about 4096
+   target tokens), random ids. Each implementation is warmed up, then steps are taken round-robin
+   (so that background load hits all alike) and the median step time gives target tokens/s. Model
+   FLOPs utilisation (MFU) = the step's matmul FLOPs (counted analytically, see ``step_flops``) /
+   step time / the CPU's fp32 matmul peak, which the script measures itself (best of square
+   ``torch.mm`` sizes at the same thread count).
+2. **Real batches**: Multi30k de-en training pairs (raw cased text from ``--data``) encoded with
+   one 8000-piece sentencepiece BPE model. seqmap's token-budget batches (``token_budget_batches``,
+   4096 tokens of the longer side per batch, length-bucketed) against the same pairs shuffled into
+   fixed-size padded batches of ``n`` sentences, ``n`` chosen so that both hold the same number of
+   real target tokens per batch on average (so both take the same number of optimiser steps per
+   epoch). Speed is *real* (non-pad) target tokens per second. By default a seeded random sample of
+   ``--real-batches`` batches of each epoch is timed (an unbiased estimate of the epoch's speed);
+   ``--full-epoch`` times every batch.
+
+Target tokens count the EOS each target ends with (the decoder's outputs), not the BOS it starts with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/common.py
+
+from common import cpu_name  # noqa: E402
+
+from seqmap.config import ModelConfig  # noqa: E402
+from seqmap.data.batching import collate_pairs, token_budget_batches  # noqa: E402
+from seqmap.data.tokenizers import BOS, EOS, PAD  # noqa: E402
+from seqmap.models.builder import build_model  # noqa: E402
+from seqmap.training.loss import label_smoothed_nll  # noqa: E402
+
+SHAPE = dict(d_model=256, n_heads=4, d_ff=1024, layers=3, vocab=8000, dropout=0.1)
+SMOOTHING, CLIP, LR = 0.1, 1.0, 5e-4
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+# -- three models of one shape; each takes (src, src_pad, tgt_in) and returns (B, T, V) logits ----------
+
+
+def build_seqmap() -> nn.Module:
+    cfg = ModelConfig(family="transformer", src_vocab=SHAPE["vocab"], tgt_vocab=SHAPE["vocab"], pad_id=PAD,
+                      d_model=SHAPE["d_model"], n_heads=SHAPE["n_heads"], d_ff=SHAPE["d_ff"],
+                      enc_layers=SHAPE["layers"], dec_layers=SHAPE["layers"], dropout=SHAPE["dropout"],
+                      norm_position="post", activation="relu", positional="sinusoidal",
+                      scale_embeddings=True, tie_embeddings=True, share_vocab=True)
+    model = build_model(cfg)
+
+    class Seqmap(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, src, src_pad, tgt_in):
+            mask = None if src_pad is None else ~src_pad  # seqmap: True = may attend
+            return self.model(src, mask, tgt_in)
+
+    return Seqmap()
+
+
+def sinusoids(length: int, d: int) -> Tensor:
+    pos = torch.arange(length, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    table = torch.zeros(length, d)
+    table[:, 0::2], table[:, 1::2] = torch.sin(pos * freq), torch.cos(pos * freq)
+    return table
+
+
+class TorchTransformer(nn.Module):
+    """torch.nn.Transformer with the embeddings, positions and output layer a user has to add."""
+
+    def __init__(self):
+        super().__init__()
+        d, v = SHAPE["d_model"], SHAPE["vocab"]
+        self.embed = nn.Embedding(v, d, padding_idx=PAD)
+        nn.init.normal_(self.embed.weight, std=d**-0.5)
+        self.register_buffer("positions", sinusoids(1024, d), persistent=False)
+        self.dropout = nn.Dropout(SHAPE["dropout"])
+        self.core = nn.Transformer(d, SHAPE["n_heads"], SHAPE["layers"], SHAPE["layers"], SHAPE["d_ff"],
+                                   SHAPE["dropout"], batch_first=True)
+        self.out = nn.Linear(d, v, bias=False)
+        self.out.weight = self.embed.weight
+
+    def embed_tokens(self, ids: Tensor) -> Tensor:
+        x = self.embed(ids) * math.sqrt(self.embed.embedding_dim) + self.positions[: ids.size(1)]
+        return self.dropout(x)
+
+    def forward(self, src, src_pad, tgt_in):
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), dtype=torch.float32)
+        h = self.core(self.embed_tokens(src), self.embed_tokens(tgt_in), tgt_mask=causal, tgt_is_causal=True,
+                      src_key_padding_mask=src_pad, memory_key_padding_mask=src_pad)
+        return self.out(h)
+
+
+class Marian(nn.Module):
+    def __init__(self):
+        super().__init__()
+        from transformers import MarianConfig, MarianMTModel
+
+        config = MarianConfig(
+            vocab_size=SHAPE["vocab"], d_model=SHAPE["d_model"], encoder_layers=SHAPE["layers"],
+            decoder_layers=SHAPE["layers"], encoder_attention_heads=SHAPE["n_heads"],
+            decoder_attention_heads=SHAPE["n_heads"], encoder_ffn_dim=SHAPE["d_ff"], decoder_ffn_dim=SHAPE["d_ff"],
+            activation_function="relu", max_position_embeddings=1024, scale_embedding=True,
+            dropout=SHAPE["dropout"], attention_dropout=0.0, activation_dropout=0.0, pad_token_id=PAD,
+            eos_token_id=EOS, decoder_start_token_id=BOS, share_encoder_decoder_embeddings=True,
+            tie_word_embeddings=True)
+        self.model = MarianMTModel(config)
+
+    def forward(self, src, src_pad, tgt_in):
+        attn = None if src_pad is None else (~src_pad).long()
+        return self.model(input_ids=src, attention_mask=attn, decoder_input_ids=tgt_in).logits
+
+
+IMPLS: dict[str, Callable[[], nn.Module]] = {"seqmap": build_seqmap, "torch": TorchTransformer, "marian": Marian}
+
+
+def loss_fn(name: str, logits: Tensor, tgt_out: Tensor) -> Tensor:
+    if name == "seqmap":
+        return label_smoothed_nll(logits, tgt_out, PAD, SMOOTHING)[0]
+    return F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD, label_smoothing=SMOOTHING,
+                           reduction="sum")
+
+
+class Trainee:
+    """One implementation with its optimiser: ``step`` is a whole training step on one batch."""
+
+    def __init__(self, name: str, seed: int):
+        torch.manual_seed(seed)
+        self.name, self.model = name, IMPLS[name]().train()
+        self.params = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=LR, betas=(0.9, 0.98))
+
+    def step(self, src: Tensor, src_pad: Tensor | None, tgt_in: Tensor, tgt_out: Tensor) -> float:
+        logits = self.model(src, src_pad, tgt_in)
+        n = int((tgt_out != PAD).sum())
+        loss = loss_fn(self.name, logits, tgt_out) / n
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.model.parameters(), CLIP)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+
+# -- FLOPs and the machine's peak ---------------------------------------------------------------------------
+
+
+def step_flops(batch: int, src_len: int, tgt_len: int) -> float:
+    """Matmul FLOPs of one training step (forward x 3: backward costs two forwards), padding included.
+
+    Per layer and token, in multiply-adds: projections 4 D^2 (Q, K, V, out), feed-forward 2 D F,
+    attention scores and weighted values 2 L D over the L keys (computed in full, as every
+    implementation here does, causal or not). The decoder's cross-attention projects queries and
+    outputs per target token (2 D^2) and keys and values per source token (2 D^2). The output layer
+    is D V per target token. Embedding lookups, norms, softmax and the optimiser are not counted.
+    """
+    d, f, v, n = SHAPE["d_model"], SHAPE["d_ff"], SHAPE["vocab"], SHAPE["layers"]
+    s, t = batch * src_len, batch * tgt_len
+    enc = n * s * (4 * d * d + 2 * d * f + 2 * src_len * d)
+    dec = n * (t * (4 * d * d + 2 * tgt_len * d + 2 * d * d + 2 * src_len * d + 2 * d * f) + s * 2 * d * d)
+    return 3 * 2 * (enc + dec + t * d * v)
+
+
+def matmul_peak(repeats: int = 5) -> tuple[float, int]:
+    """Best fp32 ``torch.mm`` FLOP/s over a few square sizes, at the current thread count."""
+    best, best_n = 0.0, 0
+    for n in (512, 1024, 2048):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.mm(a, b)
+            rate = 2 * n**3 / (time.perf_counter() - start)
+            if rate > best:
+                best, best_n = rate, n
+    return best, best_n
+
+
+# -- timing -----------------------------------------------------------------------------------------------
+
+
+def round_robin(trainees: list[Trainee], batches: Callable[[int], list[tuple]], steps: int, warmup: int
+                ) -> dict[str, list[float]]:
+    """Seconds per step of each trainee, interleaved: trainee order rotates every step.
+
+    ``batches(i)`` gives the i-th step's batch per trainee (the same batch for all of them).
+    """
+    times: dict[str, list[float]] = {t.name: [] for t in trainees}
+    for i in range(warmup + steps):
+        batch = batches(i)
+        order = trainees[i % len(trainees):] + trainees[: i % len(trainees)]
+        for trainee in order:
+            start = time.perf_counter()
+            trainee.step(*batch)
+            if i >= warmup:
+                times[trainee.name].append(time.perf_counter() - start)
+    return times
+
+
+def fixed_batch(args, trainees: list[Trainee], peak: float) -> list[dict]:
+    length = args.length
+    batch = args.tokens // length
+    g = torch.Generator().manual_seed(args.seed)
+    src = torch.randint(4, SHAPE["vocab"], (batch, length), generator=g)
+    tgt = torch.randint(4, SHAPE["vocab"], (batch, length + 1), generator=g)
+    tgt[:, 0] = BOS
+    data = (src, None, tgt[:, :-1], tgt[:, 1:])
+    times = round_robin(trainees, lambda i: data, args.steps, args.warmup)
+    flops = step_flops(batch, length, length)
+    rows = []
+    for t in trainees:
+        median = statistics.median(times[t.name])
+        rows.append(dict(bench="fixed_batch", impl=t.name, params=t.params, batch=batch, src_len=length,
+                         tgt_len=length, tgt_tokens=batch * length, step_s=median, tok_s=batch * length / median,
+                         gflop_s=flops / median / 1e9, mfu=flops / median / peak, samples_s=times[t.name]))
+    return rows
+
+
+# -- real batches ----------------------------------------------------------------------------------------
+
+
+def multi30k_pairs(data: Path, limit: int | None) -> list[tuple[list[int], list[int]]]:
+    """Multi30k train de-en, encoded with one BPE model of 8000 pieces trained on both sides."""
+    import gzip
+
+    from seqmap.data.tokenizers import train_tokenizer
+
+    def lines(name: str) -> list[str]:
+        path = data / name
+        if not path.exists():
+            raise SystemExit(f"{path} not found: pass --data DIR holding Multi30k's train.de.gz and train.en.gz")
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return f.read().splitlines()
+
+    de, en = lines("train.de.gz"), lines("train.en.gz")
+    if limit:
+        de, en = de[:limit], en[:limit]
+    tok = train_tokenizer("bpe", de + en, SHAPE["vocab"])
+    if tok.vocab_size > SHAPE["vocab"]:
+        raise SystemExit(f"the BPE model has {tok.vocab_size} pieces, more than the model's {SHAPE['vocab']}")
+    return [(tok.encode(s), tok.encode(t)) for s, t in zip(de, en)]
+
+
+def real_batches(args, trainees: list[Trainee], pairs) -> list[dict]:
+    src_len = [len(s) for s, _ in pairs]
+    tgt_len = [len(t) + 1 for _, t in pairs]  # + EOS (or BOS on the input side)
+    bucketed = token_budget_batches(src_len, tgt_len, args.tokens, shuffle=True, seed=args.seed)
+    real_per_batch = sum(tgt_len) / len(bucketed)
+    size = max(1, round(real_per_batch / statistics.mean(tgt_len)))
+    order = list(range(len(pairs)))
+    random.Random(args.seed).shuffle(order)
+    padded = [order[i: i + size] for i in range(0, len(order), size)]
+    pick = random.Random(args.seed + 1)
+    plans = {"bucketed": bucketed, "padded": padded}
+    if not args.full_epoch:
+        plans = {k: pick.sample(v, min(args.real_batches, len(v))) for k, v in plans.items()}
+
+    def collate(indices):
+        b = collate_pairs([pairs[i] for i in indices])
+        return b.src, ~b.src_mask, b.tgt_in, b.tgt_out  # src_pad: True at padding
+
+    rows = []
+    runs = [("bucketed", t) for t in trainees if t.name == "seqmap"] + [("padded", t) for t in trainees]
+    for batching, trainee in runs:
+        plan = plans[batching]
+        for indices in plan[: args.warmup]:  # warm up on this batching's shapes
+            trainee.step(*collate(indices))
+        real = total = 0
+        seconds = 0.0
+        for indices in plan:
+            src, src_pad, tgt_in, tgt_out = collate(indices)
+            start = time.perf_counter()
+            trainee.step(src, src_pad, tgt_in, tgt_out)
+            seconds += time.perf_counter() - start
+            real += int((tgt_out != PAD).sum())
+            total += tgt_out.numel()
+        rows.append(dict(bench="real_batches", impl=trainee.name, batching=batching, batches=len(plan),
+                         epoch_batches=len(bucketed if batching == "bucketed" else padded),
+                         sentences_per_padded_batch=size, real_tgt_tokens=real, padded_tgt_tokens=total,
+                         seconds=seconds, real_tok_s=real / seconds))
+    return rows
+
+
+# -- main ------------------------------------------------------------------------------------------------
+
+
+def table(rows: list[dict]) -> str:
+    fixed = [r for r in rows if r["bench"] == "fixed_batch"]
+    out = []
+    if fixed:
+        best_peer = max(r["tok_s"] for r in fixed if r["impl"] != "seqmap")
+        r0 = fixed[0]
+        out += [f"fixed batch: B={r0['batch']}, L={r0['src_len']}, {r0['tgt_tokens']} target tokens",
+                "| impl | params | step ms | tgt tok/s | GFLOP/s | MFU | vs fastest peer |",
+                "|---|---:|---:|---:|---:|---:|---:|"]
+        for r in fixed:
+            out.append(f"| {r['impl']} | {r['params'] / 1e6:.2f}M | {r['step_s'] * 1e3:.0f} | {r['tok_s']:,.0f} | "
+                       f"{r['gflop_s']:.1f} | {r['mfu']:.0%} | {r['tok_s'] / best_peer:.2f} |")
+    real = [r for r in rows if r["bench"] == "real_batches"]
+    if real:
+        peers = [r["real_tok_s"] for r in real if r["impl"] != "seqmap"]
+        best_peer = max(peers) if peers else float("nan")
+        out += ["", "real batches (Multi30k de-en train): real target tokens per second",
+                "| impl | batching | batches timed | real tok | padded tok | pad share | real tok/s | vs peer |",
+                "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for r in real:
+            pad = 1 - r["real_tgt_tokens"] / r["padded_tgt_tokens"]
+            out.append(f"| {r['impl']} | {r['batching']} | {r['batches']}/{r['epoch_batches']} | "
+                       f"{r['real_tgt_tokens']:,} | {r['padded_tgt_tokens']:,} | {pad:.0%} | "
+                       f"{r['real_tok_s']:,.0f} | {r['real_tok_s'] / best_peer:.2f} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--impls", default="seqmap,torch,marian", help="comma-separated subset of seqmap,torch,marian")
+    p.add_argument("--tokens", type=int, default=4096, help="target tokens per batch")
+    p.add_argument("--length", type=int, default=32, help="fixed batch: source and target length")
+    p.add_argument("--steps", type=int, default=10, help="fixed batch: timed steps per implementation")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps before timing")
+    p.add_argument("--real-batches", type=int, default=40, help="real batches: batches sampled per epoch")
+    p.add_argument("--full-epoch", action="store_true", help="real batches: time the whole epoch")
+    p.add_argument("--no-real", action="store_true", help="skip the real-batch measurement")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with Multi30k train.{de,en}.gz")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--quick", action="store_true", help="smoke test: small batches, 2 steps; not a result")
+    p.add_argument("--json", type=Path, help="write the rows to this file as JSON")
+    args = p.parse_args(argv)
+    limit = None
+    if args.quick:
+        args.tokens, args.length, args.steps, args.warmup, args.real_batches, limit = 256, 16, 2, 1, 3, 2000
+    torch.set_num_threads(args.threads)
+    names = [n.strip() for n in args.impls.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(IMPLS))
+    if unknown:
+        p.error(f"unknown --impls {unknown}; choose from {sorted(IMPLS)}")
+    peak, peak_n = matmul_peak()
+    print(f"# {cpu_name()}, {args.threads} threads, torch {torch.__version__}; "
+          f"fp32 matmul peak {peak / 1e9:.1f} GFLOP/s (torch.mm {peak_n}x{peak_n})", flush=True)
+    trainees = [Trainee(n, args.seed) for n in names]
+    rows = fixed_batch(args, trainees, peak)
+    print(table(rows), flush=True)
+    if not args.no_real:
+        pairs = multi30k_pairs(args.data, limit)
+        real = real_batches(args, [Trainee(n, args.seed) for n in names], pairs)
+        print("\n" + table(real))
+        rows += real
+    meta = dict(cpu=cpu_name(), threads=args.threads, torch=torch.__version__, peak_flop_s=peak)
+    if args.json:
+        args.json.write_text(json.dumps([{**meta, **r} for r in rows], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
