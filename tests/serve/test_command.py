@@ -1,0 +1,61 @@
+"""The ``serve`` subcommand: its options, one-line user errors with exit status 2, and what it hands uvicorn."""
+
+import argparse
+
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from seqmap.serve import add_parser, main
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="seqmap")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    args.overrides = []  # what seqmap.cli.main adds (dotted --section.key overrides)
+    return args
+
+
+def test_defaults_bind_to_loopback():
+    args = parse(["serve", "runs/x"])
+    assert (args.host, args.port, args.checkpoint) == ("127.0.0.1", 8000, "best")
+    assert (args.max_batch, args.wait_ms, args.threads) == (32, 5.0, None)
+    assert args.handler is main
+    assert parse(["serve", "runs/x", "--which", "last"]).checkpoint == "last"
+    assert parse(["serve", "runs/x", "--checkpoint", "last"]).checkpoint == "last"
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--max-batch", "0"], "--max-batch must be >= 1"),
+    (["--wait-ms", "-1"], "--wait-ms must be >= 0"),
+    (["--threads", "0"], "--threads must be > 0"),
+    (["--port", "70000"], "--port must be in 1..65535"),
+    (["--max-chars", "0"], "--max-chars must be >= 1"),
+    (["--device", "toaster"], "--device 'toaster' is not a device"),
+])
+def test_bad_options_are_one_line_errors(translation_run_dir, capsys, extra, words):
+    assert main(parse(["serve", str(translation_run_dir), *extra])) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("seqmap: error: ") and words in err and err.count("\n") == 1
+
+
+def test_a_missing_run_or_an_override_is_a_one_line_error(tmp_path, translation_run_dir, capsys):
+    assert main(parse(["serve", str(tmp_path / "nowhere")])) == 2
+    assert "not a run directory" in capsys.readouterr().err
+    args = parse(["serve", str(translation_run_dir)])
+    args.overrides = ["--decode.beam_size", "4"]
+    assert main(args) == 2
+    assert "per request" in capsys.readouterr().err
+
+
+def test_main_serves_the_run_on_the_address_given(translation_run_dir, monkeypatch, capsys):
+    served = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.update(app=app, **kwargs))
+    args = parse(["serve", str(translation_run_dir), "--port", "8123", "--max-batch", "4", "--threads", "1"])
+    assert main(args) == 0
+    assert (served["host"], served["port"]) == ("127.0.0.1", 8123)
+    assert "http://127.0.0.1:8123/" in capsys.readouterr().out
+    with TestClient(served["app"]) as client:
+        assert client.get("/info").json()["batching"]["max_batch"] == 4
+        assert client.post("/translate", json={"text": "a b"}).status_code == 200

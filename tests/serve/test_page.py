@@ -1,0 +1,139 @@
+"""The page in a real browser: headless Chromium (Debian's package) driven by Playwright, against a real
+``python -m seqmap.serve`` process on a free loopback port.
+
+Skips, saying why, where Chromium or Playwright's Python package is missing (.ci/run installs both).
+Set SEQMAP_SCREENSHOT=path.png to save a screenshot of the page with an output token hovered.
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+CHROMIUM = next((p for p in (os.environ.get("SEQMAP_CHROMIUM"), shutil.which("chromium"), "/usr/bin/chromium")
+                 if p and Path(p).is_file()), None)
+sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright's Python package is not installed "
+                               "(pip install playwright; no browser download is needed)")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed: apt-get install -y chromium "
+                                "chromium-driver (.ci/run does this), or set SEQMAP_CHROMIUM to its path")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(translation_run_dir):
+    """``python -m seqmap.serve RUN_DIR`` on a free loopback port; its base URL once /health answers."""
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "seqmap.serve", str(translation_run_dir), "--port", str(port),
+                                "--threads", "1", "--wait-ms", "2"], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"the server exited with {process.returncode}:\n{process.stdout.read()}")
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("the server did not answer /health within 60 s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server + "/")
+        yield page
+        browser.close()
+        assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def attended_most(attention: dict, row: int, layer: int | None, head: int | None) -> int:
+    """The source index the page should mark for ``row``: argmax of the selected (or averaged) map."""
+    w = torch.tensor(attention["weights"], dtype=torch.float64)  # (L, H, T, S)
+    w = w.mean(0) if layer is None else w[layer]
+    w = w.mean(0) if head is None else w[head]
+    return int(w[row].argmax())
+
+
+def test_translate_then_hover_highlights_the_attended_source_token(server, page):
+    expect = sync_api.expect
+    expect(page.locator("#translate-panel")).to_be_visible()
+    expect(page.locator("#model-info")).to_contain_text("transformer")
+    sentence = "a b c d e f"
+    page.fill("#source-text", sentence)
+    page.click("#translate-button")
+    expect(page.locator(".translation-item .translation")).to_have_count(1)
+
+    api = httpx.post(f"{server}/translate", json={"text": sentence, "attention": True}).json()["translations"][0]
+    expect(page.locator(".translation-item .translation")).to_have_text(api["translation"])
+    attention = api["attention"]
+    rows, cols = len(attention["output_tokens"]), len(attention["source_tokens"])
+    expect(page.locator("#heatmap td.cell")).to_have_count(rows * cols)
+    expect(page.locator("#source-tokens .src-token")).to_have_text(attention["source_tokens"])
+    assert page.locator("#layer-select option").all_inner_texts() == ["average of layers", "layer 0", "layer 1"]
+
+    # default view: the last layer, heads averaged (as `seqmap translate --align`)
+    for row in range(rows):
+        page.hover(f"#output-tokens .out-token[data-index='{row}']")
+        best = page.locator("#source-tokens .src-token.attended-max")
+        expect(best).to_have_count(1)
+        assert int(best.get_attribute("data-index")) == attended_most(attention, row, 1, None)
+        assert page.locator("#heatmap tr.active-row").count() == 1
+    page.hover("h1")
+    expect(page.locator("#attention-panel .attended")).to_have_count(0)  # leaving clears the marks
+
+    page.select_option("#layer-select", "0")
+    page.select_option("#head-select", "1")
+    page.hover("#heatmap td.cell[data-row='0'][data-col='0']")  # a heatmap cell marks its row too
+    best = page.locator("#source-tokens .src-token.attended-max")
+    assert int(best.get_attribute("data-index")) == attended_most(attention, 0, 0, 1)
+
+    page.select_option("#layer-select", "avg")
+    page.select_option("#head-select", "avg")
+    page.hover("#output-tokens .out-token[data-index='0']")
+    assert int(best.get_attribute("data-index")) == attended_most(attention, 0, None, None)
+    screenshot = os.environ.get("SEQMAP_SCREENSHOT")
+    if screenshot:
+        page.select_option("#layer-select", "1")
+        page.hover("#output-tokens .out-token[data-index='1']")
+        page.screenshot(path=screenshot, full_page=True)
+
+
+def test_bad_input_shows_the_servers_message(page):
+    page.fill("#source-text", "a b")
+    page.fill("#beam-size", "2")
+    page.fill("#n-best", "3")
+    page.click("#translate-button")
+    sync_api.expect(page.locator("#error")).to_contain_text("n_best 3 needs beam_size >= 3")
+    page.fill("#n-best", "2")
+    page.click("#translate-button")
+    sync_api.expect(page.locator("#error")).to_be_hidden()
+    sync_api.expect(page.locator(".translation-item .nbest li")).to_have_count(2)
