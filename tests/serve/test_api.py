@@ -238,3 +238,39 @@ def test_lm_info(lm_client, lm_run):
     assert info["task"] == "lm" and info["family"] == "lm"
     assert info["vocabulary"]["source"] is None and info["vocabulary"]["target"] == lm_run.tgt_tok.vocab_size
     assert info["sizes"]["enc_layers"] == 0 and info["attention"]["layers"] == 2
+
+
+def test_a_bpe_run_with_chinese_output(tmp_path):
+    """The main job's shape: joint BPE vocabulary, Chinese targets. Pieces label the attention, CJK comes back."""
+    from seqmap.config import DataConfig, ModelConfig, RunConfig, to_dict
+    from seqmap.data.tokenizers import train_pair
+    from seqmap.models.builder import build_model
+    from seqmap.runs import load_run
+    from seqmap.training.checkpoint import save_checkpoint
+
+    english = ["Where is the station?", "I love you.", "Tom is reading a book.", "It is raining today."] * 3
+    chinese = ["車站在哪裡？", "我愛你。", "湯姆在讀一本書。", "今天下雨了。"] * 3
+    tok, _ = train_pair("bpe", english, chinese, 120, joint=True)
+    cfg = RunConfig(model=ModelConfig(src_vocab=tok.vocab_size, tgt_vocab=tok.vocab_size, d_model=16, n_heads=2,
+                                      d_ff=32, enc_layers=1, dec_layers=1, share_vocab=True),
+                    data=DataConfig(tokenizer="bpe", src_lang="en", tgt_lang="zh"))
+    torch.manual_seed(0)
+    tok.save(tmp_path / "tok")
+    save_checkpoint(tmp_path / "ckpt", model=build_model(cfg.model), trainer_state={}, config=to_dict(cfg),
+                    tokenizer_dir=tmp_path / "tok")
+    run = load_run(tmp_path / "ckpt")
+    with TestClient(create_app(run)) as client:
+        body = {"text": "Where is the station?", "attention": True, "beam_size": 2}
+        (result,) = client.post("/translate", json=body).json()["translations"]
+        assert client.get("/info").json()["languages"] == {"source": "en", "target": "zh"}
+    attention = result["attention"]
+    assert attention["source_tokens"] == tok.tokens("Where is the station?") and "▁Where" in attention["source_tokens"]
+    decode = resolve_config(run.cfg.decode, {"beam_size": 2})
+    (best, *_), = translate_nbest(run.model, [tok.encode("Where is the station?")], decode)
+    assert attention["output_tokens"] == [*tok.pieces(best.output), "</s>"]
+    assert result["translation"] == tok.decode(best.output)
+    with TestClient(create_app(run)) as client:  # Chinese text in and out, as UTF-8 (the joint vocabulary has it)
+        response = client.post("/translate", json={"text": "我愛你。", "attention": True})
+    (result,) = response.json()["translations"]
+    assert result["source"] == "我愛你。" and "我愛你。" in response.content.decode("utf-8")
+    assert "".join(result["attention"]["source_tokens"]).lstrip("▁") == "我愛你。"
