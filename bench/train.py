@@ -6,9 +6,14 @@
     python bench/train.py --json out.json   # also write the rows as JSON
 
 The shape (issue 5): 3 + 3 layers, d_model 256, 4 heads, feed-forward 1024 (ReLU), post-LayerNorm,
-one vocabulary of 8000 shared by source, target and output layer (tied), dropout 0.1, sinusoidal
-positions, label-smoothed (0.1) cross-entropy, gradient clipping at 1.0, AdamW. One *step* is what a
-trainer does per batch: forward, loss, backward, clip, optimiser step, zero the gradients.
+one vocabulary of 8000 shared by source, target and output layer (tied), sinusoidal positions,
+dropout 0.1 where the paper puts it (embeddings, each sublayer's output; none inside the feed-forward
+or on attention weights: Marian's defaults, ``model.ff_dropout=0`` in seqmap, the feed-forward's
+inner dropout removed from nn.Transformer's layers), label-smoothed (0.1) cross-entropy, gradient
+clipping at 1.0. One *step* is what a trainer does per batch: forward, loss, backward, clip,
+optimiser step, zero the gradients. All three use the optimiser ``seqmap train`` builds
+(``make_optimizer``: AdamW, fused kernel, no decay on biases and norms), so that the comparison is of
+the models and their losses.
 
 Implementations (all PyTorch, all fp32 on the CPU, each in train mode with dropout on):
 
@@ -60,11 +65,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/common.py
 
 from common import cpu_name  # noqa: E402
 
-from seqmap.config import ModelConfig  # noqa: E402
+from seqmap.config import ModelConfig, TrainConfig  # noqa: E402
 from seqmap.data.batching import collate_pairs, token_budget_batches  # noqa: E402
 from seqmap.data.tokenizers import BOS, EOS, PAD  # noqa: E402
 from seqmap.models.builder import build_model  # noqa: E402
 from seqmap.training.loss import label_smoothed_nll  # noqa: E402
+from seqmap.training.trainer import make_optimizer  # noqa: E402
 
 SHAPE = dict(d_model=256, n_heads=4, d_ff=1024, layers=3, vocab=8000, dropout=0.1)
 SMOOTHING, CLIP, LR = 0.1, 1.0, 5e-4
@@ -78,7 +84,7 @@ def build_seqmap() -> nn.Module:
     cfg = ModelConfig(family="transformer", src_vocab=SHAPE["vocab"], tgt_vocab=SHAPE["vocab"], pad_id=PAD,
                       d_model=SHAPE["d_model"], n_heads=SHAPE["n_heads"], d_ff=SHAPE["d_ff"],
                       enc_layers=SHAPE["layers"], dec_layers=SHAPE["layers"], dropout=SHAPE["dropout"],
-                      norm_position="post", activation="relu", positional="sinusoidal",
+                      ff_dropout=0.0, norm_position="post", activation="relu", positional="sinusoidal",
                       scale_embeddings=True, tie_embeddings=True, share_vocab=True)
     model = build_model(cfg)
 
@@ -114,6 +120,8 @@ class TorchTransformer(nn.Module):
         self.dropout = nn.Dropout(SHAPE["dropout"])
         self.core = nn.Transformer(d, SHAPE["n_heads"], SHAPE["layers"], SHAPE["layers"], SHAPE["d_ff"],
                                    SHAPE["dropout"], batch_first=True)
+        for layer in [*self.core.encoder.layers, *self.core.decoder.layers]:
+            layer.dropout = nn.Identity()  # the dropout inside the feed-forward (after ReLU): none, as in the others
         self.out = nn.Linear(d, v, bias=False)
         self.out.weight = self.embed.weight
 
@@ -165,7 +173,7 @@ class Trainee:
         torch.manual_seed(seed)
         self.name, self.model = name, IMPLS[name]().train()
         self.params = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=LR, betas=(0.9, 0.98))
+        self.opt = make_optimizer(self.model, TrainConfig(lr=LR, betas=[0.9, 0.98]), torch.device("cpu"))
 
     def step(self, src: Tensor, src_pad: Tensor | None, tgt_in: Tensor, tgt_out: Tensor) -> float:
         logits = self.model(src, src_pad, tgt_in)

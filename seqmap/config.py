@@ -52,6 +52,7 @@ class ModelConfig:
     dec_layers: int = 3  # decoder layers (transformer, rnn, lm)
     dropout: float = 0.1  # dropout on embeddings, sublayer outputs and feed-forward
     attention_dropout: float = 0.0  # dropout on attention weights
+    ff_dropout: float | None = None  # dropout inside the feed-forward, after the activation: None = model.dropout
     norm_position: str = "pre"  # pre (x + f(norm(x))) | post (norm(x + f(x)))
     norm: str = "layernorm"  # layernorm | rmsnorm
     activation: str = "relu"  # feed-forward non-linearity: relu | gelu | swiglu
@@ -98,6 +99,8 @@ class ModelConfig:
             _positive(s, "enc_layers", self.enc_layers)
         if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.attention_dropout < 1.0:
             raise ConfigError("model.dropout and model.attention_dropout must be in [0, 1)")
+        if self.ff_dropout is not None and not 0.0 <= self.ff_dropout < 1.0:
+            raise ConfigError("model.ff_dropout must be in [0, 1) (or null: the same as model.dropout)")
         if self.share_vocab and self.src_vocab and self.tgt_vocab and self.src_vocab != self.tgt_vocab:
             raise ConfigError(
                 f"model.share_vocab=true needs src_vocab == tgt_vocab (got {self.src_vocab} and {self.tgt_vocab}); "

@@ -36,7 +36,7 @@ def _attention(cfg: ModelConfig) -> MultiHeadAttention:
 
 
 def _ff(cfg: ModelConfig) -> FeedForward:
-    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout)
+    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout if cfg.ff_dropout is None else cfg.ff_dropout)
 
 
 def _norm(cfg: ModelConfig) -> nn.Module:

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from seqmap.config import RunConfig, save_config, to_dict
+from seqmap.config import RunConfig, TrainConfig, save_config, to_dict
 from seqmap.data.batching import Batch, EpochIterator, collate_pairs, lm_random_chunks, shard, token_budget_batches
 from seqmap.data.pipeline import load_lm, load_translation
 from seqmap.data.tokenizers import PAD
@@ -80,6 +80,16 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
 
 
+def make_optimizer(model: nn.Module, t: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW over ``param_groups``; the fused kernel (one pass per tensor) on CPU and CUDA.
+
+    The default for-each-tensor AdamW runs about ten elementwise kernels per parameter
+    tensor (exp_avg, exp_avg_sq, sqrt, division, ...), each a pass over memory.
+    """
+    return torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.lr, betas=tuple(t.betas),
+                             fused=device.type in ("cpu", "cuda"))
+
+
 class Trainer:
     """Holds what one run needs; ``run()`` trains until a stopping rule fires."""
 
@@ -119,7 +129,7 @@ class Trainer:
         self.ddp = (nn.parallel.DistributedDataParallel(self.model, device_ids=[self.device] if self.device.type
                                                          == "cuda" else None) if self.dist.enabled else self.model)
         t = self.cfg.train
-        self.optimizer = torch.optim.AdamW(param_groups(self.model, t.weight_decay), lr=t.lr, betas=tuple(t.betas))
+        self.optimizer = make_optimizer(self.model, t, self.device)
         params = dict(warmup=t.warmup, lr=t.lr)
         if t.schedule == "cosine":
             if t.max_steps <= 0:
