@@ -38,7 +38,7 @@ def _positive(section: str, name: str, value: int) -> None:
 class ModelConfig:
     """The network: which family, how wide, how deep, which attention and positions."""
 
-    family: str = "transformer"  # transformer (encoder-decoder) | lm (decoder-only) | rnn (encoder-decoder)
+    family: str = "transformer"  # transformer (encoder-decoder) | lm (decoder-only) | rnn (encoder-decoder) | rnn_lm
     src_vocab: int = 0  # source vocabulary size (set from the tokenizer by `train`; unused by lm)
     tgt_vocab: int = 0  # target vocabulary size (the LM's vocabulary)
     pad_id: int = 0  # padding token id (its embedding is kept at zero)
@@ -79,7 +79,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         s = "model"
-        _choice(s, "family", self.family, ("transformer", "lm", "rnn"))
+        _choice(s, "family", self.family, ("transformer", "lm", "rnn", "rnn_lm"))
         _choice(s, "norm_position", self.norm_position, ("pre", "post"))
         _choice(s, "norm", self.norm, ("layernorm", "rmsnorm"))
         _choice(s, "activation", self.activation, ("relu", "gelu", "swiglu"))
@@ -95,7 +95,7 @@ class ModelConfig:
             raise ConfigError(f"model.n_kv_heads={self.n_kv_heads} must divide model.n_heads={self.n_heads}")
         if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
             raise ConfigError("model.positional=rope needs an even head width d_model / n_heads")
-        if self.family != "lm":
+        if self.family not in ("lm", "rnn_lm"):
             _positive(s, "enc_layers", self.enc_layers)
         if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.attention_dropout < 1.0:
             raise ConfigError("model.dropout and model.attention_dropout must be in [0, 1)")
@@ -139,6 +139,7 @@ class DataConfig:
     character_coverage: float = 1.0  # sentencepiece: 0.9995 suits Chinese/Japanese
     max_len: int = 128  # pairs longer than this (tokens, either side) are filtered and counted
     context: int = 256  # lm: tokens per training sequence
+    eval_context: int = 0  # lm: tokens per validation/test window (0 = context); an RNN LM can read longer ones
     lowercase: bool = False  # lowercase all text before tokenizing
 
     def __post_init__(self) -> None:
@@ -146,6 +147,8 @@ class DataConfig:
         _choice("data", "tokenizer", self.tokenizer, ("char", "word", "bpe", "unigram"))
         for name in ("vocab_size", "max_len", "context"):
             _positive("data", name, getattr(self, name))
+        if self.eval_context < 0:
+            raise ConfigError(f"data.eval_context must be >= 0 (0: the same as data.context), got {self.eval_context}")
         if not 0.0 < self.character_coverage <= 1.0:
             raise ConfigError(f"data.character_coverage must be in (0, 1], got {self.character_coverage}")
         for split in ("train", "valid", "test"):

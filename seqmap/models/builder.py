@@ -10,6 +10,7 @@ from torch import nn
 
 from seqmap.config import ConfigError, ModelConfig
 from seqmap.models.lm import DecoderOnlyLM
+from seqmap.models.rnn_lm import RNNLM
 from seqmap.models.transformer import Transformer, TransformerDecoder, TransformerEncoder
 from seqmap.nn.layers import DecoderLayer, EncoderLayer, FeedForward, TokenEmbedding, make_norm
 from seqmap.nn.multihead import MultiHeadAttention
@@ -17,15 +18,18 @@ from seqmap.nn.positional import build_positional
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
-    """Build the model family named by ``cfg.family`` (transformer, lm or rnn)."""
+    """Build the model family named by ``cfg.family`` (transformer, lm, rnn or rnn_lm)."""
     if cfg.tgt_vocab <= 0:
         raise ConfigError("model.tgt_vocab must be set (> 0): the size of the target vocabulary")
-    if cfg.family != "lm" and cfg.src_vocab <= 0:
+    if cfg.family not in ("lm", "rnn_lm") and cfg.src_vocab <= 0:
         raise ConfigError("model.src_vocab must be set (> 0): the size of the source vocabulary")
     if cfg.family == "transformer":
         return build_transformer(cfg)
     if cfg.family == "lm":
         return build_lm(cfg)
+    if cfg.family == "rnn_lm":
+        return RNNLM(cfg.tgt_vocab, cfg.emb_size, cfg.hidden_size, cfg.dec_layers, cfg.rnn_cell, cfg.dropout,
+                     cfg.tie_embeddings, cfg.pad_id)
     from seqmap.models.rnn import build_rnn
 
     return build_rnn(cfg)

@@ -38,7 +38,7 @@ from seqmap.training.checkpoint import CheckpointManager, load_checkpoint
 from seqmap.training.loss import label_smoothed_nll
 from seqmap.training.runlog import RunLog
 from seqmap.training.schedule import make_schedule, set_lr
-from seqmap.training.validate import lm_batches, summed_nll, validate
+from seqmap.training.validate import eval_context, lm_batches, summed_nll, validate
 
 
 class TrainingError(RuntimeError):
@@ -135,7 +135,10 @@ class Trainer:
             if t.max_steps <= 0:
                 raise TrainingError("train.schedule=cosine needs train.max_steps (the step where it ends)")
             params.update(total=t.max_steps, min_lr=t.min_lr)
-        self.schedule = make_schedule(t.schedule, **params)
+        try:
+            self.schedule = make_schedule(t.schedule, **params)
+        except ValueError as e:  # e.g. cosine over fewer steps than the warm-up
+            raise TrainingError(f"train.schedule={t.schedule}: {e} (check train.warmup and train.max_steps)") from None
         self.amp_dtype = autocast_dtype(t.precision, self.device)
         self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
         self.checkpoints = CheckpointManager(
@@ -333,7 +336,7 @@ class Trainer:
         best = self.checkpoints.best() or self.checkpoints.latest()
         load_checkpoint(best, model=self.model)
         if lm:
-            nll, n = summed_nll(self.model.eval(), lm_batches(test, self.cfg.data.context, self.cfg.train.batch_size),
+            nll, n = summed_nll(self.model.eval(), lm_batches(test, eval_context(self.cfg.data), self.cfg.train.batch_size),
                                 self.device)
             result = {"loss": nll / n, "ppl": math.exp(nll / n), "tokens": n}
             self.log.metrics("test", self.state["step"], **result)

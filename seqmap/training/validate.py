@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from seqmap import metrics as mt
-from seqmap.config import RunConfig
+from seqmap.config import DataConfig, RunConfig
 from seqmap.data.batching import Batch, collate_pairs, lm_chunks, token_budget_batches
 from seqmap.data.tokenizers import PAD
 from seqmap.decoding.text import translate_ids
@@ -37,6 +37,11 @@ def translation_batches(pairs, max_tokens: int):
         yield collate_pairs([pairs[i] for i in indices])
 
 
+def eval_context(data: DataConfig) -> int:
+    """Tokens per evaluation window: ``data.eval_context``, else the training ``data.context``."""
+    return data.eval_context or data.context
+
+
 def lm_batches(stream: list[int], context: int, batch_size: int):
     inputs, targets = lm_chunks(stream, context, pad_id=PAD)
     for i in range(0, inputs.size(0), batch_size):
@@ -49,7 +54,7 @@ def validate(model, data, cfg: RunConfig, device, log) -> dict:
     model.eval()
     try:
         if cfg.data.task == "lm":
-            batches = lm_batches(data.valid, cfg.data.context, cfg.train.batch_size)
+            batches = lm_batches(data.valid, eval_context(cfg.data), cfg.train.batch_size)
         else:
             batches = translation_batches(data.valid, cfg.train.max_tokens)
         nll_sum, n_tokens = summed_nll(model, batches, device)
