@@ -2,6 +2,7 @@
 
 import os
 import random
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,13 +15,21 @@ from seqmap.training.trainer import train
 LETTERS = "abcdefghij"
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _one_torch_thread():
-    """One CPU thread: these tests share the machine with other work; restored afterwards."""
+@contextmanager
+def one_torch_thread():
+    """One CPU thread while the block runs (these tests share the machine with other work), then as before."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    with one_torch_thread():
+        yield
 
 
 def _reverse_pairs(n: int, seed: int) -> list[tuple[str, str]]:
@@ -60,7 +69,7 @@ def lm_config(root: Path, steps: int = 40) -> dict:
 
 
 def _train(cfg: dict, run_dir: Path) -> Path:
-    with open(os.devnull, "w") as devnull:
+    with open(os.devnull, "w") as devnull, one_torch_thread():
         train(from_dict(RunConfig, cfg), run_dir, stream=devnull)
     return run_dir
 
