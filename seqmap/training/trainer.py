@@ -336,8 +336,8 @@ class Trainer:
         best = self.checkpoints.best() or self.checkpoints.latest()
         load_checkpoint(best, model=self.model)
         if lm:
-            nll, n = summed_nll(self.model.eval(), lm_batches(test, eval_context(self.cfg.data), self.cfg.train.batch_size),
-                                self.device)
+            windows = lm_batches(test, eval_context(self.cfg.data), self.cfg.train.batch_size)
+            nll, n = summed_nll(self.model.eval(), windows, self.device)
             result = {"loss": nll / n, "ppl": math.exp(nll / n), "tokens": n}
             self.log.metrics("test", self.state["step"], **result)
             self.log.info(f"test ({n} tokens, {best.name}): loss {result['loss']:.4f} ppl {result['ppl']:.2f}")
