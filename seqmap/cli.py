@@ -8,6 +8,7 @@
     seqmap average CHECKPOINT ... --out DIR                         average checkpoint weights
     seqmap data list | download NAME | prepare NAME --from DIR      public corpora
     seqmap toy CONFIG                                               a synthetic task in a minute
+    seqmap serve RUN_DIR [--host 127.0.0.1] [--port 8000]           HTTP API and a page to explore attention
 
 Overrides are dotted config keys (``--train.lr 3e-4 --model.d_model 64``).
 User errors (a missing file, bad YAML, a wrong option, a broken checkpoint) print
@@ -440,6 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
     toy.add_argument("config", help="YAML file with model: and toy: sections")
     toy.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     toy.set_defaults(handler=cmd_toy)
+    from seqmap import serve  # imports neither FastAPI nor uvicorn until `serve` runs
+
+    serve.add_parser(commands)
     return parser
 
 

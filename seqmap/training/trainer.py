@@ -309,7 +309,7 @@ class Trainer:
         s, t = self.state, self.cfg.train
         if self.dist.is_main:
             metrics = validate(self.model, self.data, self.cfg, self.device, self.log.info)
-            self.log.metrics("valid", s["step"], **metrics)
+            self.log.metrics("valid", s["step"], **metrics, train_minutes=s["train_seconds"] / 60)
             value = metrics.get(t.early_stopping)
             better = value is not None and (s["best"] is None or (
                 value > s["best"] if t.early_stopping in ("bleu", "chrf") else value < s["best"]))

@@ -59,3 +59,14 @@ def test_main_serves_the_run_on_the_address_given(translation_run_dir, monkeypat
     with TestClient(served["app"]) as client:
         assert client.get("/info").json()["batching"]["max_batch"] == 4
         assert client.post("/translate", json={"text": "a b"}).status_code == 200
+
+
+def test_the_seqmap_command_line_has_serve(translation_run_dir, monkeypatch, capsys):
+    from seqmap.cli import main as cli_main
+
+    served = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.update(app=app, **kwargs))
+    assert cli_main(["serve", str(translation_run_dir), "--port", "8124", "--threads", "1"]) == 0
+    assert served["port"] == 8124 and "http://127.0.0.1:8124/" in capsys.readouterr().out
+    assert cli_main(["serve", str(translation_run_dir), "--decode.beam_size", "4"]) == 2
+    assert "per request" in capsys.readouterr().err
