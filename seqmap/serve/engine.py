@@ -203,6 +203,9 @@ class Engine:
             sizes = {"rnn_cell": m.rnn_cell, "emb_size": m.emb_size, "hidden_size": m.hidden_size,
                      "enc_layers": m.enc_layers, "dec_layers": m.dec_layers, "bidirectional": m.bidirectional,
                      "rnn_attention": m.rnn_attention}
+        elif m.family == "rnn_lm":
+            sizes = {"rnn_cell": m.rnn_cell, "emb_size": m.emb_size, "hidden_size": m.hidden_size,
+                     "dec_layers": m.dec_layers}
         else:
             sizes = {"d_model": m.d_model, "n_heads": m.n_heads, "n_kv_heads": m.n_kv_heads or m.n_heads,
                      "d_ff": m.d_ff, "enc_layers": m.enc_layers if m.family == "transformer" else 0,

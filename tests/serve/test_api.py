@@ -274,3 +274,36 @@ def test_a_bpe_run_with_chinese_output(tmp_path):
     (result,) = response.json()["translations"]
     assert result["source"] == "我愛你。" and "我愛你。" in response.content.decode("utf-8")
     assert "".join(result["attention"]["source_tokens"]).lstrip("▁") == "我愛你。"
+
+
+def test_a_recurrent_lm_generates_and_says_it_has_no_attention(tmp_path):
+    from seqmap.config import DataConfig, ModelConfig, RunConfig, to_dict
+    from seqmap.data.tokenizers import train_tokenizer
+    from seqmap.decoding.text import generate_texts
+    from seqmap.models.builder import build_model
+    from seqmap.runs import load_run
+    from seqmap.training.checkpoint import save_checkpoint
+
+    tok = train_tokenizer("char", ["to be or not to be"])
+    cfg = RunConfig(model=ModelConfig(family="rnn_lm", tgt_vocab=tok.vocab_size, emb_size=8, hidden_size=8,
+                                      dec_layers=1),
+                    data=DataConfig(task="lm", tokenizer="char"))
+    torch.manual_seed(0)
+    tok.save(tmp_path / "tok")
+    save_checkpoint(tmp_path / "ckpt", model=build_model(cfg.model), trainer_state={}, config=to_dict(cfg),
+                    tokenizer_dir=tmp_path / "tok")
+    run = load_run(tmp_path / "ckpt")
+    with TestClient(create_app(run)) as client:
+        info = client.get("/info").json()
+        assert info["family"] == "rnn_lm" and info["sizes"] == {"rnn_cell": "lstm", "emb_size": 8, "hidden_size": 8,
+                                                                 "dec_layers": 1}
+        assert info["attention"]["available"] is False
+        body = {"prompt": "to", "max_new_tokens": 5, "sample": False}
+        response = client.post("/generate", json=body)
+        assert response.status_code == 200, response.text
+        refused = client.post("/generate", json={**body, "attention": True})
+        assert refused.status_code == 409 and "attention" in refused.json()["detail"]
+        out = response.json()
+        expected = generate_texts(run.model, tok, ["to"], resolve_config(run.cfg.decode, {"max_new_tokens": 5}),
+                                  sample=False)
+        assert out["text"] == expected[0]
