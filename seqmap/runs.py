@@ -39,9 +39,14 @@ def find_checkpoint(path: str | Path, which: str = "best") -> Path:
         return path
     if not path.is_dir():
         raise RunError(f"{path} is not a run directory or a checkpoint directory")
+    if which not in ("best", "last"):  # a checkpoint directory: as given, or by name inside the run
+        candidates = [Path(which), path / "checkpoints" / which, path / which]
+        for candidate in candidates:
+            if (candidate / MODEL_FILE).exists():
+                return candidate
+        raise RunError(f"--checkpoint must be best, last or a checkpoint directory; {which!r} is none of them "
+                       f"(no {MODEL_FILE} in {', '.join(str(c) for c in candidates)})")
     manager = CheckpointManager(path)
-    if which not in ("best", "last"):
-        raise RunError(f"--checkpoint must be best, last or a checkpoint directory, got {which!r}")
     found = manager.best() if which == "best" else manager.latest()
     found = found or manager.latest()
     if found is None:

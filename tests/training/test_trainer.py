@@ -258,3 +258,15 @@ def test_plot_attention_and_curves_of_a_trained_run(trained_run, tmp_path):
     assert "<svg" in (tmp_path / "self.svg").read_text()[:500]
     assert main(["plot", "curves", str(trained_run), "--out", str(tmp_path / "curves.png")]) == 0
     assert imread(tmp_path / "curves.png").shape[1] > 100
+
+
+def test_checkpoint_is_chosen_by_best_last_name_or_path(trained_run, tmp_path):
+    from seqmap.runs import RunError, find_checkpoint
+
+    names = sorted(p.name for p in (trained_run / "checkpoints").glob("step-*"))
+    assert find_checkpoint(trained_run, "last").name == names[-1]
+    assert find_checkpoint(trained_run, names[0]) == trained_run / "checkpoints" / names[0]
+    assert find_checkpoint(trained_run, str(trained_run / "checkpoints" / names[0])).name == names[0]
+    assert find_checkpoint(trained_run / "checkpoints" / names[0], "best").name == names[0]
+    with pytest.raises(RunError, match="best, last or a checkpoint directory; 'step-999999' is none of them"):
+        find_checkpoint(trained_run, "step-999999")
