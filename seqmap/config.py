@@ -169,6 +169,7 @@ class TrainConfig:
     max_tokens: int = 4096  # tokens per batch (padded, larger side), per device
     batch_size: int = 32  # lm: sequences per batch
     accum_steps: int = 1  # batches whose gradients are summed before one optimiser step
+    stateful: bool = False  # lm, family rnn_lm: consecutive windows, hidden state carried across batches
     max_steps: int = 10000  # optimiser steps (0 = no limit)
     max_epochs: int = 0  # epochs (0 = no limit)
     max_time: float = 0.0  # minutes of training (0 = no limit); stops at a step boundary with a checkpoint

@@ -317,6 +317,32 @@ def lm_random_chunks(
     return stream[offsets], stream[offsets + 1]
 
 
+def lm_stream_rows(token_ids: Sequence[int] | Tensor, rows: int) -> Tensor:
+    """The stream cut into ``rows`` contiguous rows (B, N), N = len // rows; the tail that does not fit is dropped.
+
+    Row b continues where row b - 1 ends in the text. Consecutive windows of one
+    row (:func:`lm_stream_window`) read on through the text, so a recurrent model
+    can carry its state from one batch to the next (truncated back-propagation
+    through time, as in Zaremba et al. 2014).
+    """
+    stream = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)
+    n = len(stream) // rows
+    if n < 2:
+        raise ValueError(f"the token stream has {len(stream)} tokens: too few for {rows} rows of at least 2")
+    return stream[: n * rows].view(rows, n)
+
+
+def lm_stream_window(rows: Tensor, context: int, index: int) -> tuple[Tensor, Tensor]:
+    """Window ``index`` of every row: inputs (B, context) and targets shifted by one.
+
+    There are ``(N - 1) // context`` whole windows per row (an epoch); ``index`` must be below that.
+    """
+    start = index * context
+    if index < 0 or start + context + 1 > rows.size(1):
+        raise IndexError(f"window {index} of {context} tokens does not fit rows of {rows.size(1)} tokens")
+    return rows[:, start: start + context], rows[:, start + 1: start + context + 1]
+
+
 # ---------------------------------------------------------------------------
 # resumable epochs
 

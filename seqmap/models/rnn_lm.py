@@ -28,6 +28,10 @@ class RNNLMState:
         """Keep batch rows ``index`` (B',) in that order; ``same_sources`` changes nothing (no source)."""
         self.hidden = _map(lambda t: t.index_select(1, index), self.hidden)
 
+    def detach_(self) -> None:
+        """Cut the graph behind the hidden state (truncated back-propagation through time)."""
+        self.hidden = _map(lambda t: t.detach(), self.hidden)
+
 
 RNN_CELLS = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
 

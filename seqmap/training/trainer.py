@@ -29,11 +29,21 @@ from torch import nn
 from tqdm import tqdm
 
 from seqmap.config import RunConfig, TrainConfig, save_config, to_dict
-from seqmap.data.batching import Batch, EpochIterator, collate_pairs, lm_random_chunks, shard, token_budget_batches
+from seqmap.data.batching import (
+    Batch,
+    EpochIterator,
+    collate_pairs,
+    lm_random_chunks,
+    lm_stream_rows,
+    lm_stream_window,
+    shard,
+    token_budget_batches,
+)
 from seqmap.data.pipeline import load_lm, load_translation
 from seqmap.data.tokenizers import PAD
 from seqmap.models.builder import build_model
 from seqmap.training import distributed
+from seqmap.training.carry import CarriedState
 from seqmap.training.checkpoint import CheckpointManager, load_checkpoint
 from seqmap.training.loss import label_smoothed_nll
 from seqmap.training.runlog import RunLog
@@ -126,8 +136,13 @@ class Trainer:
 
         seed_everything(cfg.train.seed)  # identical initial weights on every rank
         self.model = build_model(self.cfg.model).to(self.device)
-        self.ddp = (nn.parallel.DistributedDataParallel(self.model, device_ids=[self.device] if self.device.type
-                                                         == "cuda" else None) if self.dist.enabled else self.model)
+        if cfg.train.stateful and (cfg.data.task != "lm" or cfg.model.family != "rnn_lm"):
+            raise TrainingError("train.stateful=true carries a recurrent state across batches: it needs "
+                                "data.task=lm and model.family=rnn_lm")
+        self.carry = CarriedState(self.model) if cfg.train.stateful else None
+        trained = self.carry or self.model  # what the training step calls
+        self.ddp = (nn.parallel.DistributedDataParallel(trained, device_ids=[self.device] if self.device.type
+                                                         == "cuda" else None) if self.dist.enabled else trained)
         t = self.cfg.train
         self.optimizer = make_optimizer(self.model, t, self.device)
         params = dict(warmup=t.warmup, lr=t.lr)
@@ -173,6 +188,9 @@ class Trainer:
 
     def _lm_batches(self):
         """nanoGPT-style random windows; the generator is seeded by the step, so resuming is exact."""
+        if self.cfg.train.stateful:
+            yield from self._lm_stream_batches()
+            return
         t, stream = self.cfg.train, torch.tensor(self.data.train)
         batches_per_epoch = max(1, len(stream) // (t.batch_size * self.cfg.data.context * self.dist.world_size))
         micro = self.state["step"] * t.accum_steps
@@ -184,6 +202,30 @@ class Trainer:
                 return
             micro += 1
             yield Batch.from_lm_windows(inputs, targets, pad_id=PAD)
+
+    def _lm_stream_batches(self):
+        """Consecutive windows of B text rows per process (``train.stateful``); the carried state resets each epoch.
+
+        The window follows from the step, so a resumed run reads on where it stopped;
+        its carried state restarts from zero there (the state is not checkpointed).
+        """
+        t, context, b = self.cfg.train, self.cfg.data.context, self.cfg.train.batch_size
+        rank, world = self.dist.rank, self.dist.world_size
+        rows = lm_stream_rows(self.data.train, b * world)[rank * b: (rank + 1) * b]
+        per_epoch = (rows.size(1) - 1) // context
+        if per_epoch < 1:
+            raise TrainingError(f"the training stream is too short for {b * world} rows of data.context={context} "
+                                "tokens; lower train.batch_size or data.context")
+        micro = self.state["step"] * t.accum_steps
+        while True:
+            epoch, index = divmod(micro, per_epoch)
+            self.state["epoch"] = epoch
+            if t.max_epochs > 0 and epoch >= t.max_epochs:
+                return
+            if index == 0:
+                self.carry.reset()
+            micro += 1
+            yield Batch.from_lm_windows(*lm_stream_window(rows, context, index), pad_id=PAD)
 
     # -- one optimiser step ---------------------------------------------------------------
     def _step(self, micro_batches: list[Batch]) -> tuple[float, float, int] | None:

@@ -214,3 +214,20 @@ def test_epoch_iterator_resumes_at_the_next_batch():
 def test_epoch_iterator_rejects_empty_epochs():
     with pytest.raises(ValueError, match="no batches"):
         next(iter(EpochIterator(lambda epoch: [])))
+
+
+def test_stream_rows_and_windows_read_on_through_the_text():
+    from seqmap.data.batching import lm_stream_rows, lm_stream_window
+
+    stream = list(range(103))
+    rows = lm_stream_rows(stream, 4)  # 4 rows of 25; the last 3 tokens do not fit
+    assert rows.shape == (4, 25) and rows[1, 0].item() == 25 and rows[3, -1].item() == 99
+    inputs0, targets0 = lm_stream_window(rows, 6, 0)
+    inputs1, _ = lm_stream_window(rows, 6, 1)
+    assert torch.equal(targets0, inputs0 + 1)
+    assert torch.equal(inputs1[:, 0], inputs0[:, -1] + 1)  # the next window continues each row
+    lm_stream_window(rows, 6, 3)  # (25 - 1) // 6 = 4 whole windows
+    with pytest.raises(IndexError, match="window 4 of 6 tokens"):
+        lm_stream_window(rows, 6, 4)
+    with pytest.raises(ValueError, match="too few for 60 rows"):
+        lm_stream_rows(stream, 60)

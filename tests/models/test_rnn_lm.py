@@ -115,3 +115,24 @@ def test_speaks_the_protocol_and_config_checks():
         ModelConfig(family="rnn_lm", rnn_cell="transformer")
     with pytest.raises(ConfigError, match="family"):
         ModelConfig(family="rnnlm")
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_carried_state_continues_the_text_and_cuts_the_gradient(cell):
+    """Two windows through CarriedState give the logits of one forward over both; gradients stop at the cut."""
+    from seqmap.training.carry import CarriedState
+
+    model, x = make(cell), tokens(t=10)
+    carry = CarriedState(model)
+    first, second = carry(None, None, x[:, :4]), carry(None, None, x[:, 4:])
+    torch.testing.assert_close(torch.cat([first, second], 1), model(None, None, x), rtol=1e-5, atol=1e-6)
+    carry.reset()
+    torch.testing.assert_close(carry(None, None, x[:, 4:]), model(None, None, x[:, 4:]))
+
+    train = make(cell, tie_embeddings=False).train()  # untied: the output layer's gradient reaches no embedding
+    carry = CarriedState(train)
+    carry(None, None, x[:, :4])
+    carry(None, None, x[:, 4:]).sum().backward()
+    grads = train.embedding.weight.grad
+    only_first = sorted(set(x[:, :4].flatten().tolist()) - set(x[:, 4:].flatten().tolist()))
+    assert torch.equal(grads[only_first], torch.zeros_like(grads[only_first]))  # no gradient into window one

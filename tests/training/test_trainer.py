@@ -270,3 +270,22 @@ def test_checkpoint_is_chosen_by_best_last_name_or_path(trained_run, tmp_path):
     assert find_checkpoint(trained_run / "checkpoints" / names[0], "best").name == names[0]
     with pytest.raises(RunError, match="best, last or a checkpoint directory; 'step-999999' is none of them"):
         find_checkpoint(trained_run, "step-999999")
+
+
+def test_stateful_recurrent_lm_trains_over_epochs_and_needs_rnn_lm(tmp_path, capsys):
+    text = "to be or not to be, that is the question.\n" * 40
+    (tmp_path / "train.txt").write_text(text)
+    (tmp_path / "valid.txt").write_text(text[:400])
+    cfg = {"model": {"family": "rnn_lm", "rnn_cell": "lstm", "emb_size": 32, "hidden_size": 64, "dec_layers": 1,
+                     "dropout": 0.0},
+           "data": {"task": "lm", "tokenizer": "char", "train": str(tmp_path / "train.txt"),
+                    "valid": str(tmp_path / "valid.txt"), "context": 16, "eval_context": 200},
+           "train": {"stateful": True, "max_steps": 200, "batch_size": 4, "lr": 1e-2, "warmup": 5,
+                     "valid_every": 200, "log_every": 10}}
+    result = train(from_dict(RunConfig, cfg), tmp_path / "lm", stream=open(os.devnull, "w"))
+    assert result["step"] == 200
+    assert read_metrics(tmp_path / "lm", "train")[-1]["epoch"] == 199 // 26  # 1680 chars / 4 rows: 26 windows
+    assert read_metrics(tmp_path / "lm", "valid")[-1]["ppl"] < 6  # 16 distinct characters
+    cfg["model"] = {"family": "lm", "d_model": 16, "n_heads": 2, "d_ff": 32, "dec_layers": 1}
+    with pytest.raises(TrainingError, match="train.stateful=true .* needs data.task=lm and model.family=rnn_lm"):
+        train(from_dict(RunConfig, cfg), tmp_path / "lm2", stream=open(os.devnull, "w"))
