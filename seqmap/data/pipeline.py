@@ -160,8 +160,9 @@ def _stream(text: str, tok: Tokenizer, name: str, cache: Path) -> list[int]:
 
 def load_lm(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> LMData:
     texts = read_lm_texts(cfg)
-    train_lines = texts["train"].split("\n")
-    tok, _ = tokenizers_for(cfg, train_lines, train_lines, run_dir, log) if cfg.joint_vocab else (None, None)
+    # a character LM reads newlines as characters, so its vocabulary learns them from the raw text
+    train_texts = [texts["train"]] if cfg.tokenizer == "char" else texts["train"].split("\n")
+    tok, _ = tokenizers_for(cfg, train_texts, train_texts, run_dir, log) if cfg.joint_vocab else (None, None)
     if tok is None:
         raise DataError("data.joint_vocab=false has no meaning for a language model; remove it")
     cache = run_dir / "cache"

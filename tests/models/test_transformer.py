@@ -120,6 +120,44 @@ def test_lm_attention_covers_keys_seen_so_far():
     torch.testing.assert_close(attention.sum(-1), torch.ones(3, 2, 4, 1))
 
 
+def windowed_reference(model, tokens, window):
+    """nanoGPT's generate: the next-token logits after each prefix, read from its last `window` tokens."""
+    return torch.stack([model(None, None, tokens[:, max(0, t + 1 - window):t + 1])[:, -1]
+                        for t in range(tokens.size(1))], dim=1)
+
+
+@pytest.mark.parametrize("chunks", [[1] * 14, [5, 1, 1, 4, 3], [12, 2]])
+def test_lm_with_learned_positions_slides_a_window_past_max_len(chunks):
+    model = make("lm", positional="learned", max_len=6)
+    tokens = torch.randint(3, TGT_V, (2, 14), generator=torch.Generator().manual_seed(3))
+    with pytest.raises(ValueError, match="model.max_len=6"):
+        model(None, None, tokens)  # teacher forcing has no window to slide
+    reference = windowed_reference(model, tokens, 6)
+    state, start = None, 0
+    for n in chunks:
+        out, state, _ = model.decode_step(tokens[:, start:start + n], Memory(), state)
+        start += n
+        assert out.size(1) == min(n, 6)
+        # the next-token logits read the last 6 tokens, as nanoGPT's generate does
+        torch.testing.assert_close(out[:, -1], reference[:, start - 1], atol=1e-5, rtol=1e-5)
+        if start <= 6:  # inside the window, every position is exact
+            torch.testing.assert_close(out, reference[:, start - n:start], atol=1e-5, rtol=1e-5)
+    assert state.position == 14
+
+
+def test_lm_window_reorders_its_history_and_places_attention_at_absolute_positions():
+    model = make("lm", positional="learned", max_len=4)
+    tokens = torch.randint(3, TGT_V, (3, 7), generator=torch.Generator().manual_seed(4))
+    _, state, _ = model.decode_step(tokens[:, :6], Memory(), None)
+    index = torch.tensor([2, 0, 2])
+    state.reorder(index)
+    got, _, attention = model.decode_step(tokens[index, 6:7], Memory(), state, need_attention=True)
+    torch.testing.assert_close(got[:, -1], model(None, None, tokens[index, 3:7])[:, -1], atol=1e-5, rtol=1e-5)
+    assert attention.shape == (3, 2, 4, 1, 7)  # keys 0..6; the first three fell out of the window
+    assert torch.all(attention[..., :3] == 0)
+    torch.testing.assert_close(attention.sum(-1), torch.ones(3, 2, 4, 1))
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_state_reorder_selects_batch_rows(family):
     model = make(family)

@@ -15,6 +15,7 @@ import yaml
 
 from seqmap.cli import main
 from seqmap.config import RunConfig, from_dict
+from seqmap.data.tokenizers import load_tokenizer
 from seqmap.training import trainer as trainer_module
 from seqmap.training.runlog import read_metrics
 from seqmap.training.trainer import TrainingError, train
@@ -216,8 +217,10 @@ def test_language_model_trains_and_generates(tmp_path, capsys):
            "train": {"max_steps": 40, "batch_size": 8, "lr": 3e-3, "warmup": 5, "valid_every": 40, "log_every": 10}}
     result = train(from_dict(RunConfig, cfg), tmp_path / "lm", stream=open(os.devnull, "w"))
     assert result["step"] == 40
+    tok = load_tokenizer(tmp_path / "lm" / "tokenizer")
+    assert tok.decode(tok.encode("be,\nthat")) == "be,\nthat"  # the newline is a character it knows
     valid = read_metrics(tmp_path / "lm", "valid")[-1]
-    assert valid["ppl"] < 10  # 16 distinct characters; a model that learned nothing is near 16
+    assert valid["ppl"] < 10  # 17 distinct characters; a model that learned nothing is near 17
     assert result["test"]["ppl"] == pytest.approx(valid["ppl"], rel=1e-4)  # test text = valid text here
     assert main(["generate", str(tmp_path / "lm"), "--prompt", "to be", "--decode.max_new_tokens", "20",
                  "--seed", "1"]) == 0
