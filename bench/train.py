@@ -4,6 +4,7 @@
     python bench/train.py --quick           # smoke test: tiny batches, 2 timed steps
     python bench/train.py --full-epoch      # real batches: the whole Multi30k epoch, not a sample
     python bench/train.py --json out.json   # also write the rows as JSON
+    python bench/train.py --profile --no-real   # also: where each step's time goes (torch.profiler)
 
 The shape (issue 5): 3 + 3 layers, d_model 256, 4 heads, feed-forward 1024 (ReLU), post-LayerNorm,
 one vocabulary of 8000 shared by source, target and output layer (tied), sinusoidal positions,
@@ -260,6 +261,48 @@ def fixed_batch(args, trainees: list[Trainee], peak: float) -> list[dict]:
     return rows
 
 
+# -- profile ---------------------------------------------------------------------------------------------
+
+# op-name fragments -> a kind of work; the first match wins (names of aten ops and their backwards)
+OP_KINDS = [
+    ("optimizer", ("adam", "_foreach")),
+    ("loss", ("nll", "cross_entropy", "log_softmax", "logsumexp", "smoothed")),
+    ("layernorm", ("layer_norm",)),
+    ("attention", ("attention", "flash", "sdpa", "softmax")),
+    ("matmul", ("addmm", "mm", "linear", "matmul")),
+    ("embedding", ("embedding",)),
+]
+
+
+def op_kind(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, parts in OP_KINDS if any(p in low for p in parts)), "elementwise/other")
+
+
+def profile(args, trainees: list[Trainee]) -> list[dict]:
+    """Self CPU time per kind of work in one fixed-batch step of each implementation (torch.profiler)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    length = args.length
+    g = torch.Generator().manual_seed(args.seed)
+    src = torch.randint(4, SHAPE["vocab"], (args.tokens // length, length), generator=g)
+    tgt = torch.randint(4, SHAPE["vocab"], (args.tokens // length, length + 1), generator=g)
+    tgt[:, 0] = BOS
+    rows = []
+    for t in trainees:
+        t.step(src, None, tgt[:, :-1], tgt[:, 1:])  # warm
+        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            t.step(src, None, tgt[:, :-1], tgt[:, 1:])
+        kinds: dict[str, float] = {}
+        for e in prof.key_averages():
+            kinds[op_kind(e.key)] = kinds.get(op_kind(e.key), 0.0) + e.self_cpu_time_total / 1e3
+        total = sum(kinds.values())
+        for kind, ms in sorted(kinds.items(), key=lambda kv: -kv[1]):
+            rows.append(dict(bench="profile", impl=t.name, kind=kind, self_ms=ms, share=ms / total))
+    return rows
+
+
 # -- real batches ----------------------------------------------------------------------------------------
 
 
@@ -340,6 +383,17 @@ def table(rows: list[dict]) -> str:
         for r in fixed:
             out.append(f"| {r['impl']} | {r['params'] / 1e6:.2f}M | {r['step_s'] * 1e3:.0f} | {r['tok_s']:,.0f} | "
                        f"{r['gflop_s']:.1f} | {r['mfu']:.0%} | {r['tok_s'] / best_peer:.2f} |")
+    prof = [r for r in rows if r["bench"] == "profile"]
+    if prof:
+        impls = list(dict.fromkeys(r["impl"] for r in prof))
+        kinds = list(dict.fromkeys(r["kind"] for r in prof))
+        ms = {(r["impl"], r["kind"]): r["self_ms"] for r in prof}
+        out += ["", "profile of one fixed-batch step: self CPU ms per kind of work (torch.profiler)",
+                "| kind | " + " | ".join(impls) + " |", "|---|" + "---:|" * len(impls)]
+        for kind in kinds + ["total"]:
+            cells = [sum(v for (i, _), v in ms.items() if i == impl) if kind == "total" else ms.get((impl, kind), 0.0)
+                     for impl in impls]
+            out.append(f"| {kind} | " + " | ".join(f"{c:,.0f}" for c in cells) + " |")
     real = [r for r in rows if r["bench"] == "real_batches"]
     if real:
         peers = [r["real_tok_s"] for r in real if r["impl"] != "seqmap"]
@@ -365,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--real-batches", type=int, default=40, help="real batches: batches sampled per epoch")
     p.add_argument("--full-epoch", action="store_true", help="real batches: time the whole epoch")
     p.add_argument("--no-real", action="store_true", help="skip the real-batch measurement")
+    p.add_argument("--profile", action="store_true", help="also profile one fixed-batch step per implementation")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with Multi30k train.{de,en}.gz")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
@@ -385,6 +440,10 @@ def main(argv: list[str] | None = None) -> int:
     trainees = [Trainee(n, args.seed) for n in names]
     rows = fixed_batch(args, trainees, peak)
     print(table(rows), flush=True)
+    if args.profile:
+        prof = profile(args, trainees)
+        print(table(prof), flush=True)
+        rows += prof
     if not args.no_real:
         pairs = multi30k_pairs(args.data, limit)
         real = real_batches(args, [Trainee(n, args.seed) for n in names], pairs)
