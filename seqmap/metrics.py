@@ -71,7 +71,8 @@ def bleu(hyps: Sequence[str], refs: Refs, tokenize: str = "13a", lowercase: bool
     """
     if tokenize not in BLEU.TOKENIZERS:
         raise ValueError(f"unknown tokenize={tokenize!r}; sacreBLEU knows {sorted(BLEU.TOKENIZERS)}")
-    metric = BLEU(tokenize=tokenize, lowercase=lowercase)
+    # tokenize="none" means the text is tokenized on purpose: no "forgot to detokenize" warning
+    metric = BLEU(tokenize=tokenize, lowercase=lowercase, force=tokenize == "none")
     result = metric.corpus_score(list(hyps), _streams(hyps, refs))
     details = {
         "precisions": list(result.precisions),
