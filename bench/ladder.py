@@ -49,7 +49,13 @@ def training_summary(run_dir: Path) -> dict:
         for match in re.finditer(r"training stopped: .*?; (\d+) steps, ([\d.]+) min", log.read_text(encoding="utf-8")):
             steps, minutes = int(match[1]), float(match[2])
     curve = [(r["step"], r.get("train_minutes"), r.get("bleu")) for r in read_metrics(run_dir, "valid")]
-    best = max((b for _, _, b in curve if b is not None), default=None)
+    known = [(s, m) for s, m, _ in curve if m is not None]
+    if known and len(known) < len(curve):  # logs older than train_minutes: minutes in proportion to steps
+        rate = known[-1][1] / known[-1][0]
+        curve = [(s, m, b, m is None) if m is not None else (s, s * rate, b, True) for s, m, b in curve]
+    else:
+        curve = [(s, m, b, False) for s, m, b in curve]
+    best = max((b for _, _, b, _ in curve if b is not None), default=None)
     return {"steps": steps, "train_minutes": minutes, "best_valid_bleu": best, "valid_curve": curve}
 
 
@@ -106,14 +112,17 @@ def chart(rows: list[dict], path: Path) -> None:
     bars.set_title("Multi30k de-en: the seq2seq ladder")
     bars.legend(loc="upper left", fontsize=8)
     for r in rows:
-        points = [(m, b) for _, m, b in r["valid_curve"] if m is not None and b is not None]
+        points = [(m, b, est) for _, m, b, est in r["valid_curve"] if m is not None and b is not None]
         if points:
-            curves.plot(*zip(*points), marker=".", label=r["label"])
-    curves.set_xlabel("training minutes (2 CPU cores, shared)")
+            estimated = any(est for _, _, est in points)
+            label = r["label"] + (" (minutes estimated from steps)" if estimated else "")
+            curves.plot([m for m, _, _ in points], [b for _, b, _ in points], marker=".", label=label,
+                        linestyle="--" if estimated else "-")
+    curves.set_xlabel("training minutes (as logged by each run)")
     curves.set_ylabel("validation BLEU (sacreBLEU, cased)")
     curves.set_title("validation curves")
     curves.grid(alpha=0.3)
-    curves.legend(fontsize=8)
+    curves.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
