@@ -173,12 +173,17 @@ class TrainConfig:
     max_steps: int = 10000  # optimiser steps (0 = no limit)
     max_epochs: int = 0  # epochs (0 = no limit)
     max_time: float = 0.0  # minutes of training (0 = no limit); stops at a step boundary with a checkpoint
+    optimizer: str = "adamw"  # adamw | sgd
     lr: float = 5e-4  # peak learning rate
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # AdamW betas
+    momentum: float = 0.0  # sgd
     weight_decay: float = 0.0
-    schedule: str = "inverse_sqrt"  # inverse_sqrt | cosine | constant
+    schedule: str = "inverse_sqrt"  # inverse_sqrt | cosine | constant | step
     warmup: int = 1000  # warm-up steps (linear)
     min_lr: float = 0.0  # cosine: final learning rate
+    decay_start: int = 0  # step: steps at the full rate before the first decay
+    decay_every: int = 0  # step: steps between decays (e.g. the steps of one epoch)
+    decay_factor: float = 0.5  # step: the rate is multiplied by this at each decay
     label_smoothing: float = 0.1
     clip_norm: float = 1.0  # gradient-norm clipping (0 = off)
     log_every: int = 50  # steps between log lines
@@ -192,7 +197,17 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _choice("train", "precision", self.precision, ("auto", "fp32", "bf16", "fp16"))
-        _choice("train", "schedule", self.schedule, ("inverse_sqrt", "cosine", "constant"))
+        _choice("train", "optimizer", self.optimizer, ("adamw", "sgd"))
+        _choice("train", "schedule", self.schedule, ("inverse_sqrt", "cosine", "constant", "step"))
+        if self.schedule == "step" and self.decay_every < 1:
+            raise ConfigError("train.schedule=step needs train.decay_every >= 1 (steps between decays, e.g. one "
+                              "epoch's steps) and train.decay_start (steps before the first decay)")
+        if self.decay_start < 0:
+            raise ConfigError(f"train.decay_start must be >= 0, got {self.decay_start}")
+        if not 0.0 < self.decay_factor <= 1.0:
+            raise ConfigError(f"train.decay_factor must be in (0, 1], got {self.decay_factor}")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ConfigError(f"train.momentum must be in [0, 1), got {self.momentum}")
         _choice("train", "early_stopping", self.early_stopping, ("loss", "bleu", "chrf", "ppl"))
         for name in ("max_tokens", "batch_size", "accum_steps", "log_every", "valid_every", "max_bad_steps"):
             _positive("train", name, getattr(self, name))

@@ -77,11 +77,29 @@ def cosine(step: int, warmup: int, total: int, lr: float, min_lr: float = 0.0) -
     return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
+def step_decay(step: int, warmup: int, lr: float, decay_start: int, decay_every: int,
+               decay_factor: float = 0.5) -> float:
+    """Linear warmup to ``lr``, flat until ``step == decay_start``, then times ``decay_factor`` every ``decay_every``.
+
+    Zaremba et al.'s (2014) LSTM schedule: with ``E`` steps per epoch, ``decay_start = 4 * E`` and
+    ``decay_every = E`` keep ``lr`` for four epochs and halve it at the start of every later one.
+    """
+    _check(step, warmup)
+    if decay_start < 0 or decay_every < 1 or not 0.0 < decay_factor <= 1.0:
+        raise ValueError(f"step_decay needs decay_start >= 0, decay_every >= 1 and 0 < decay_factor <= 1, got "
+                         f"decay_start={decay_start}, decay_every={decay_every}, decay_factor={decay_factor}")
+    if step < warmup:
+        return _warmup(step, warmup, lr)
+    decays = max(0, -(-(step - decay_start) // decay_every))  # ceil: step decay_start + 1 is the first decayed one
+    return lr * decay_factor**decays
+
+
 SCHEDULES: dict[str, Callable[..., float]] = {
     "constant": constant,
     "inverse_sqrt": inverse_sqrt,
     "noam": noam,
     "cosine": cosine,
+    "step": step_decay,
 }
 
 

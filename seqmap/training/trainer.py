@@ -90,12 +90,15 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
 
 
-def make_optimizer(model: nn.Module, t: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW over ``param_groups``; the fused kernel (one pass per tensor) on CPU and CUDA.
+def make_optimizer(model: nn.Module, t: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    """``train.optimizer`` over ``param_groups``: AdamW (the fused kernel, one pass per tensor, on CPU and
+    CUDA) or plain SGD with optional momentum (the classic recipe for LSTM language models).
 
     The default for-each-tensor AdamW runs about ten elementwise kernels per parameter
     tensor (exp_avg, exp_avg_sq, sqrt, division, ...), each a pass over memory.
     """
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(param_groups(model, t.weight_decay), lr=t.lr, momentum=t.momentum)
     return torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.lr, betas=tuple(t.betas),
                              fused=device.type in ("cpu", "cuda"))
 
@@ -150,6 +153,8 @@ class Trainer:
             if t.max_steps <= 0:
                 raise TrainingError("train.schedule=cosine needs train.max_steps (the step where it ends)")
             params.update(total=t.max_steps, min_lr=t.min_lr)
+        elif t.schedule == "step":
+            params.update(decay_start=t.decay_start, decay_every=t.decay_every, decay_factor=t.decay_factor)
         try:
             self.schedule = make_schedule(t.schedule, **params)
         except ValueError as e:  # e.g. cosine over fewer steps than the warm-up

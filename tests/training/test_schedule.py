@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from seqmap.training.schedule import SCHEDULES, constant, cosine, inverse_sqrt, make_schedule, noam, set_lr
+from seqmap.training.schedule import SCHEDULES, constant, cosine, inverse_sqrt, make_schedule, noam, set_lr, step_decay
 
 LR, WARMUP, TOTAL, MIN_LR = 5e-4, 100, 1000, 1e-5
 
@@ -61,6 +61,19 @@ def test_cosine_reaches_min_lr_and_stays():
         cosine(1, 10, 10, LR)
 
 
+def test_step_decay_is_zarembas_epoch_schedule():
+    # 10 steps per epoch: lr 1 for four epochs (steps 1-40), then halved at the first step of every later epoch
+    lrs = [step_decay(s, warmup=0, lr=1.0, decay_start=40, decay_every=10) for s in range(1, 71)]
+    assert lrs[:40] == [1.0] * 40
+    assert lrs[40:50] == [0.5] * 10 and lrs[50:60] == [0.25] * 10 and lrs[60:70] == [0.125] * 10
+    assert step_decay(45, warmup=0, lr=2.0, decay_start=40, decay_every=10, decay_factor=0.1) == pytest.approx(0.2)
+    assert step_decay(5, warmup=10, lr=1.0, decay_start=40, decay_every=10) == pytest.approx(0.5)  # warming up
+    assert step_decay(7, warmup=0, lr=1.0, decay_start=0, decay_every=3) == 0.125  # ceil(7 / 3) = 3 decays
+    for bad in (dict(decay_every=0), dict(decay_start=-1), dict(decay_factor=0.0), dict(decay_factor=1.5)):
+        with pytest.raises(ValueError, match="step_decay needs"):
+            step_decay(1, **{"warmup": 0, "lr": 1.0, "decay_start": 4, "decay_every": 2, **bad})
+
+
 def test_constant_and_no_warmup():
     assert constant(1, 0, LR) == LR and constant(10**6, WARMUP, LR) == LR
     assert cosine(1, 0, TOTAL, LR) < LR and cosine(1, 0, TOTAL, LR) == pytest.approx(LR, rel=1e-5)
@@ -77,11 +90,12 @@ def test_make_schedule_binds_parameters():
     assert [schedule(s) for s in (1, 50, 100, 700, 1000)] == [cosine(s, WARMUP, TOTAL, LR, MIN_LR) for s in
                                                               (1, 50, 100, 700, 1000)]
     assert make_schedule("noam", d_model=512, warmup=4000)(4000) == noam(4000, 512, 4000)
-    assert set(SCHEDULES) == {"constant", "inverse_sqrt", "noam", "cosine"}
+    assert set(SCHEDULES) == {"constant", "inverse_sqrt", "noam", "cosine", "step"}
 
 
 def test_make_schedule_errors_name_the_options():
-    with pytest.raises(ValueError, match=r"did you mean 'cosine'.*\['constant', 'cosine', 'inverse_sqrt', 'noam'\]"):
+    options = r"\['constant', 'cosine', 'inverse_sqrt', 'noam', 'step'\]"
+    with pytest.raises(ValueError, match=r"did you mean 'cosine'.*" + options):
         make_schedule("cosin", warmup=1, total=10, lr=1.0)
     with pytest.raises(ValueError, match="no parameter 'warmpu'.*did you mean 'warmup'"):
         make_schedule("constant", warmpu=10, lr=1.0)

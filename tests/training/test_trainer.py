@@ -289,6 +289,18 @@ def test_stateful_recurrent_lm_trains_over_epochs_and_needs_rnn_lm(tmp_path, cap
     assert result["step"] == 200
     assert read_metrics(tmp_path / "lm", "train")[-1]["epoch"] == 199 // 26  # 1680 chars / 4 rows: 26 windows
     assert read_metrics(tmp_path / "lm", "valid")[-1]["ppl"] < 6  # 16 distinct characters
+
+    # the classic recipe of LSTM language models: plain SGD at a large rate (20 on the mean token loss is
+    # Zaremba's 1 on the loss summed over 20 steps), small clipping, halved after every later "epoch"
+    cfg["train"].update(optimizer="sgd", lr=20.0, clip_norm=0.25, schedule="step", warmup=0, decay_start=100,
+                        decay_every=26)
+    train(from_dict(RunConfig, cfg), tmp_path / "sgd", stream=open(os.devnull, "w"))
+    logged = {row["step"]: row["lr"] for row in read_metrics(tmp_path / "sgd", "train")}
+    assert logged[10] == logged[100] == 20.0 and logged[110] == 10.0 and logged[130] == 5.0 and logged[200] == 20 / 2**4
+    trainer_json = json.loads((tmp_path / "sgd" / "checkpoints" / "step-000200" / "trainer.json").read_text())
+    assert "momentum" in trainer_json["optimizer"]["param_groups"][0]  # SGD's state, not AdamW's
+    assert read_metrics(tmp_path / "sgd", "valid")[-1]["ppl"] < 10  # it learns (uniform: 16, unigram: about 13)
+
     cfg["model"] = {"family": "lm", "d_model": 16, "n_heads": 2, "d_ff": 32, "dec_layers": 1}
     with pytest.raises(TrainingError, match="train.stateful=true .* needs data.task=lm and model.family=rnn_lm"):
         train(from_dict(RunConfig, cfg), tmp_path / "lm2", stream=open(os.devnull, "w"))
