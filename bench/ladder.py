@@ -97,7 +97,7 @@ def chart(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (bars, curves) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1.1, 1]})
+    fig, (bars, curves) = plt.subplots(1, 2, figsize=(14, 4.4), gridspec_kw={"width_ratios": [1.1, 1]})
     xs = range(len(rows))
     width = 0.38
     published = [r["published_bleu_lc_tok"] for r in rows]
@@ -107,7 +107,8 @@ def chart(rows: list[dict], path: Path) -> None:
     for x, (p, o) in enumerate(zip(published, ours)):
         bars.text(x - width / 2, p + 0.5, f"{p:.1f}", ha="center", fontsize=8)
         bars.text(x + width / 2, o + 0.5, f"{o:.1f}", ha="center", fontsize=8)
-    bars.set_xticks(list(xs), [r["label"].replace(", ", ",\n").replace(" + ", " +\n") for r in rows], fontsize=8)
+    labels = [r["label"].replace(", ", ",\n").replace(" + ", " +\n").replace("every step", "every\nstep") for r in rows]
+    bars.set_xticks(list(xs), labels, fontsize=8)
     bars.set_ylabel("test2016 BLEU (tokenized, lowercased)")
     bars.set_title("Multi30k de-en: the seq2seq ladder")
     bars.legend(loc="upper left", fontsize=8)
@@ -122,7 +123,7 @@ def chart(rows: list[dict], path: Path) -> None:
     curves.set_ylabel("validation BLEU (sacreBLEU, cased)")
     curves.set_title("validation curves")
     curves.grid(alpha=0.3)
-    curves.legend(fontsize=7, loc="lower right")
+    curves.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: no curve hidden
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
