@@ -5,6 +5,7 @@
     python bench/train.py --full-epoch      # real batches: the whole Multi30k epoch, not a sample
     python bench/train.py --json out.json   # also write the rows as JSON
     python bench/train.py --profile --no-real   # also: where each step's time goes (torch.profiler)
+    python bench/train.py --no-real --impls seqmap,seqmap_logits,seqmap_logits_torchdrop,marian   # ablation
 
 The shape (issue 5): 3 + 3 layers, d_model 256, 4 heads, feed-forward 1024 (ReLU), post-LayerNorm,
 one vocabulary of 8000 shared by source, target and output layer (tied), sinusoidal positions,
@@ -18,7 +19,8 @@ the models and their losses.
 
 Implementations (all PyTorch, all fp32 on the CPU, each in train mode with dropout on):
 
-* seqmap: ``build_model`` and ``label_smoothed_nll``, the functions ``seqmap train`` uses.
+* seqmap: ``build_model`` and ``output_nll`` (the output layer and the label-smoothed loss in one
+  chunked pass, no (N, V) logits), what ``seqmap train`` runs for a Transformer in float32.
 * torch: ``torch.nn.Transformer`` (batch-first) with an ``nn.Embedding`` scaled by sqrt(D), a fixed
   sinusoidal table and an output layer tied to the embedding; ``F.cross_entropy`` with
   ``label_smoothing``. (nn.Transformer adds a final LayerNorm to each stack; seqmap's post-LN does not.)
@@ -70,7 +72,8 @@ from seqmap.config import ModelConfig, TrainConfig  # noqa: E402
 from seqmap.data.batching import collate_pairs, token_budget_batches  # noqa: E402
 from seqmap.data.tokenizers import BOS, EOS, PAD  # noqa: E402
 from seqmap.models.builder import build_model  # noqa: E402
-from seqmap.training.loss import label_smoothed_nll  # noqa: E402
+from seqmap.nn.dropout import Dropout  # noqa: E402
+from seqmap.training.loss import label_smoothed_nll, output_nll  # noqa: E402
 from seqmap.training.trainer import make_optimizer  # noqa: E402
 
 SHAPE = dict(d_model=256, n_heads=4, d_ff=1024, layers=3, vocab=8000, dropout=0.1)
@@ -81,13 +84,19 @@ DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi3
 # -- three models of one shape; each takes (src, src_pad, tgt_in) and returns (B, T, V) logits ----------
 
 
-def build_seqmap() -> nn.Module:
+def build_seqmap(features: bool = True, torch_dropout: bool = False) -> nn.Module:
+    """seqmap's model; ``features``: return the final states for ``output_nll`` (else logits);
+    ``torch_dropout``: its dropout layers call ``F.dropout`` instead of seqmap's (for the ablation)."""
     cfg = ModelConfig(family="transformer", src_vocab=SHAPE["vocab"], tgt_vocab=SHAPE["vocab"], pad_id=PAD,
                       d_model=SHAPE["d_model"], n_heads=SHAPE["n_heads"], d_ff=SHAPE["d_ff"],
                       enc_layers=SHAPE["layers"], dec_layers=SHAPE["layers"], dropout=SHAPE["dropout"],
                       ff_dropout=0.0, norm_position="post", activation="relu", positional="sinusoidal",
                       scale_embeddings=True, tie_embeddings=True, share_vocab=True)
     model = build_model(cfg)
+    if torch_dropout:
+        for module in model.modules():
+            if isinstance(module, Dropout):
+                module.forward = lambda x, m=module: F.dropout(x, m.p, m.training)
 
     class Seqmap(nn.Module):
         def __init__(self):
@@ -96,7 +105,7 @@ def build_seqmap() -> nn.Module:
 
         def forward(self, src, src_pad, tgt_in):
             mask = None if src_pad is None else ~src_pad  # seqmap: True = may attend
-            return self.model(src, mask, tgt_in)
+            return self.model(src, mask, tgt_in, features=features)  # features: the loss applies the output layer
 
     return Seqmap()
 
@@ -157,11 +166,18 @@ class Marian(nn.Module):
         return self.model(input_ids=src, attention_mask=attn, decoder_input_ids=tgt_in).logits
 
 
-IMPLS: dict[str, Callable[[], nn.Module]] = {"seqmap": build_seqmap, "torch": TorchTransformer, "marian": Marian}
+IMPLS: dict[str, Callable[[], nn.Module]] = {
+    "seqmap": build_seqmap, "torch": TorchTransformer, "marian": Marian,
+    # ablations of seqmap (not peers): logits then label_smoothed_nll; and with torch's dropout as well
+    "seqmap_logits": lambda: build_seqmap(features=False),
+    "seqmap_logits_torchdrop": lambda: build_seqmap(features=False, torch_dropout=True),
+}
 
 
-def loss_fn(name: str, logits: Tensor, tgt_out: Tensor) -> Tensor:
-    if name == "seqmap":
+def loss_fn(name: str, model: nn.Module, logits: Tensor, tgt_out: Tensor) -> Tensor:
+    if name == "seqmap":  # ``logits`` are the final features here
+        return output_nll(logits, model.model.output_layer, tgt_out, PAD, SMOOTHING)[0]
+    if name.startswith("seqmap_"):
         return label_smoothed_nll(logits, tgt_out, PAD, SMOOTHING)[0]
     return F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD, label_smoothing=SMOOTHING,
                            reduction="sum")
@@ -179,7 +195,7 @@ class Trainee:
     def step(self, src: Tensor, src_pad: Tensor | None, tgt_in: Tensor, tgt_out: Tensor) -> float:
         logits = self.model(src, src_pad, tgt_in)
         n = int((tgt_out != PAD).sum())
-        loss = loss_fn(self.name, logits, tgt_out) / n
+        loss = loss_fn(self.name, self.model, logits, tgt_out) / n
         loss.backward()
         nn.utils.clip_grad_norm_(self.model.parameters(), CLIP)
         self.opt.step()
@@ -266,7 +282,7 @@ def fixed_batch(args, trainees: list[Trainee], peak: float) -> list[dict]:
 # op-name fragments -> a kind of work; the first match wins (names of aten ops and their backwards)
 OP_KINDS = [
     ("optimizer", ("adam", "_foreach")),
-    ("loss", ("nll", "cross_entropy", "log_softmax", "logsumexp", "smoothed")),
+    ("loss", ("nll", "cross_entropy", "log_softmax", "logsumexp", "smoothed", "outputnll")),
     ("layernorm", ("layer_norm",)),
     ("attention", ("attention", "flash", "sdpa", "softmax")),
     ("matmul", ("addmm", "mm", "linear", "matmul")),
@@ -375,7 +391,7 @@ def table(rows: list[dict]) -> str:
     fixed = [r for r in rows if r["bench"] == "fixed_batch"]
     out = []
     if fixed:
-        best_peer = max(r["tok_s"] for r in fixed if r["impl"] != "seqmap")
+        best_peer = max(r["tok_s"] for r in fixed if not r["impl"].startswith("seqmap"))
         r0 = fixed[0]
         out += [f"fixed batch: B={r0['batch']}, L={r0['src_len']}, {r0['tgt_tokens']} target tokens",
                 "| impl | params | step ms | tgt tok/s | GFLOP/s | MFU | vs fastest peer |",
@@ -396,7 +412,7 @@ def table(rows: list[dict]) -> str:
             out.append(f"| {kind} | " + " | ".join(f"{c:,.0f}" for c in cells) + " |")
     real = [r for r in rows if r["bench"] == "real_batches"]
     if real:
-        peers = [r["real_tok_s"] for r in real if r["impl"] != "seqmap"]
+        peers = [r["real_tok_s"] for r in real if not r["impl"].startswith("seqmap")]
         best_peer = max(peers) if peers else float("nan")
         out += ["", "real batches (Multi30k de-en train): real target tokens per second",
                 "| impl | batching | batches timed | real tok | padded tok | pad share | real tok/s | vs peer |",
@@ -411,7 +427,9 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--impls", default="seqmap,torch,marian", help="comma-separated subset of seqmap,torch,marian")
+    p.add_argument("--impls", default="seqmap,torch,marian",
+                   help="comma-separated subset of seqmap,torch,marian; also seqmap_logits and "
+                        "seqmap_logits_torchdrop (seqmap without its fused output loss, and also without its dropout)")
     p.add_argument("--tokens", type=int, default=4096, help="target tokens per batch")
     p.add_argument("--length", type=int, default=32, help="fixed batch: source and target length")
     p.add_argument("--steps", type=int, default=10, help="fixed batch: timed steps per implementation")

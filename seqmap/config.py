@@ -76,6 +76,7 @@ class ModelConfig:
     rnn_attention: str = "bahdanau"  # none | bahdanau | dot | general | concat
     input_feeding: bool = True  # Luong input feeding: previous attentional vector joins the next input
     context_every_step: bool = False  # rnn_attention=none: feed the fixed context at every step (Cho et al.)
+    reverse_source: bool = False  # family rnn: the encoder reads each source backwards (Sutskever et al. 2014)
 
     def __post_init__(self) -> None:
         s = "model"
@@ -97,6 +98,9 @@ class ModelConfig:
             raise ConfigError("model.positional=rope needs an even head width d_model / n_heads")
         if self.family not in ("lm", "rnn_lm"):
             _positive(s, "enc_layers", self.enc_layers)
+        if self.reverse_source and self.family != "rnn":
+            raise ConfigError(f"model.reverse_source=true is for model.family=rnn (got {self.family!r}); "
+                              "remove it, or use the RNN encoder-decoder")
         if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.attention_dropout < 1.0:
             raise ConfigError("model.dropout and model.attention_dropout must be in [0, 1)")
         if self.ff_dropout is not None and not 0.0 <= self.ff_dropout < 1.0:

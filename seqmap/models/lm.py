@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from seqmap.models.protocol import Memory
+from seqmap.nn.dropout import Dropout
 from seqmap.nn.layers import EncoderLayer, TokenEmbedding
 from seqmap.nn.multihead import KVCache
 from seqmap.nn.positional import LearnedPositional, PositionalEncoding
@@ -57,14 +58,15 @@ class DecoderOnlyLM(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.final_norm = final_norm
         self.output = output
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         # the most tokens one forward pass can read (None: any number)
         self.window = positional.max_len if isinstance(positional, LearnedPositional) else None
 
     def encode(self, src: Tensor | None = None, src_mask: Tensor | None = None) -> Memory:
         return Memory()
 
-    def _run(self, tokens: Tensor, state: LMState | None, need_attention: bool) -> tuple[Tensor, Tensor | None]:
+    def _run(self, tokens: Tensor, state: LMState | None, need_attention: bool,
+             features: bool = False) -> tuple[Tensor, Tensor | None]:
         offset = 0 if state is None else state.position
         x = self.dropout(self.positional.embed(self.embedding(tokens), offset))  # (B, t, D)
         weights = []
@@ -75,7 +77,8 @@ class DecoderOnlyLM(nn.Module):
         if state is not None:
             state.position += tokens.size(1)
         attention = torch.stack(weights, dim=1) if need_attention else None  # (B, L, H, t, S)
-        return self.output(self.final_norm(x)), attention
+        x = self.final_norm(x)
+        return (x if features else self.output(x)), attention
 
     def decode_step(self, tokens: Tensor, memory: Memory, state: LMState | None = None, *,
                     need_attention: bool = False) -> tuple[Tensor, LMState, Tensor | None]:
@@ -99,7 +102,15 @@ class DecoderOnlyLM(nn.Module):
             attention = F.pad(attention[..., -new:, :], (state.position - self.window, 0))
         return logits, state, attention
 
-    def forward(self, src: Tensor | None, src_mask: Tensor | None, tgt: Tensor) -> Tensor:
-        """Teacher forcing over tgt (B, T) -> next-token logits (B, T, V). ``src`` is ignored."""
-        logits, _ = self._run(tgt, None, False)
-        return logits
+    @property
+    def output_layer(self) -> nn.Linear:
+        """The Linear that turns ``forward(..., features=True)`` into logits."""
+        return self.output
+
+    def forward(self, src: Tensor | None, src_mask: Tensor | None, tgt: Tensor, *, features: bool = False) -> Tensor:
+        """Teacher forcing over tgt (B, T) -> next-token logits (B, T, V). ``src`` is ignored.
+
+        ``features=True``: the final hidden states (B, T, D) instead, for ``output_nll``.
+        """
+        out, _ = self._run(tgt, None, False, features)
+        return out

@@ -16,6 +16,11 @@ A decoder state supports ``reorder(index, *, same_sources=False)`` (keep batch
 rows ``index``, as beam search needs; ``same_sources=True`` promises that every
 row keeps its own source, so per-source tensors such as cross-attention keys and
 values need not move) and knows its ``position`` (target tokens consumed so far).
+
+Families whose logits are one Linear of their last hidden states (the Transformer
+and the decoder-only LM) also offer ``model(src, src_mask, tgt_in, features=True)``
+(those states, (B, T, D)) and ``model.output_layer`` (that Linear), so that training
+can run the output layer and the loss together (``seqmap.training.loss.output_nll``).
 """
 
 from __future__ import annotations

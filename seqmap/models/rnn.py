@@ -33,6 +33,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from seqmap.config import ConfigError, ModelConfig
 from seqmap.models.protocol import Memory
+from seqmap.nn.dropout import Dropout
 from seqmap.nn.layers import TokenEmbedding
 from seqmap.nn.rnn_attention import AdditiveAttention, ConcatAttention, DotAttention, GeneralAttention, RNNAttention
 
@@ -90,35 +91,60 @@ class Bridge(nn.Module):
         return self._map(h, self.h), self._map(c, self.c)
 
 
+def reverse_padded(x: Tensor, lengths: Tensor) -> Tensor:
+    """Reverse the first ``lengths[b]`` positions of each row of ``x`` (B, S, ...); padding stays in place.
+
+    Its own inverse: ``reverse_padded(reverse_padded(x, n), n) == x``.
+    """
+    pos = torch.arange(x.size(1), device=x.device)[None, :]  # (1, S)
+    n = lengths[:, None].to(pos.device)
+    index = torch.where(pos < n, n - 1 - pos, pos)  # (B, S)
+    return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
+
+
 class RNNEncoder(nn.Module):
     """Embedding, dropout, a (bi)directional multi-layer RNN/LSTM/GRU over packed sequences, and the bridge.
 
     Sources must be right-padded (``src_mask`` True on a prefix of each row).
     Packing makes padding invisible: real positions and the final state are the
     same with any amount of padding; padded positions of ``states`` are zero.
+
+    ``reverse_source`` feeds each source to the RNN last token first (Sutskever
+    et al. 2014: the first source words end up next to the first target words).
+    The states are put back in source order, so attention, and its plots, see
+    position i at position i either way.
     """
 
-    def __init__(self, embedding: nn.Module, rnn: nn.RNNBase, bridge: Bridge, dropout: float = 0.0):
+    def __init__(self, embedding: nn.Module, rnn: nn.RNNBase, bridge: Bridge, dropout: float = 0.0,
+                 reverse_source: bool = False):
         super().__init__()
         if not rnn.batch_first:
             raise ValueError("RNNEncoder needs an RNN built with batch_first=True")
         self.embedding, self.rnn, self.bridge = embedding, rnn, bridge
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
+        self.reverse_source = reverse_source
 
     def forward(self, src: Tensor, src_mask: Tensor | None) -> tuple[Tensor, Hidden]:
         """src (B, S), src_mask (B, S) True at real tokens -> (states (B, S, D_enc), decoder initial state)."""
         x = self.dropout(self.embedding(src))  # (B, S, E)
         if src_mask is None:
+            if self.reverse_source:
+                states, final = self.rnn(x.flip(1))
+                return states.flip(1), self.bridge(final)
             states, final = self.rnn(x)
             return states, self.bridge(final)
         lengths = src_mask.sum(dim=1)
         if not torch.equal(src_mask, torch.arange(src.size(1), device=src.device)[None, :] < lengths[:, None]):
             raise ValueError("RNNEncoder needs right-padded sources: src_mask must be True on a prefix of each row")
+        if self.reverse_source:
+            x = reverse_padded(x, lengths)
         # pack_padded_sequence rejects empty rows; an all-padding row reads one pad token
         # (its states are masked out of attention anyway).
         packed = pack_padded_sequence(x, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
         states, final = self.rnn(packed)
         states, _ = pad_packed_sequence(states, batch_first=True, total_length=src.size(1))  # (B, S, D_enc)
+        if self.reverse_source:
+            states = reverse_padded(states, lengths)
         return states * src_mask[:, :, None], self.bridge(final)
 
 
@@ -193,7 +219,7 @@ class RNNDecoder(nn.Module):
         self.embedding, self.rnn, self.output = embedding, rnn, output
         self.attention, self.combine = attention, combine
         self.input_feeding, self.context_every_step = input_feeding, context_every_step
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         # Bahdanau attention and input feeding make step t's input depend on step t-1.
         self.one_token_at_a_time = attention is not None and (combine is None or input_feeding)
 
@@ -325,7 +351,7 @@ def build_rnn(cfg: ModelConfig) -> RNNSeq2Seq:
 
     Reads rnn_cell, emb_size, hidden_size, bidirectional, rnn_attention,
     input_feeding (Luong dot/general/concat only; ignored otherwise),
-    context_every_step (rnn_attention=none only; ignored otherwise), enc_layers,
+    context_every_step (rnn_attention=none only; ignored otherwise), reverse_source, enc_layers,
     dec_layers, dropout, src_vocab, tgt_vocab, pad_id, tie_embeddings and
     share_vocab. Embeddings are not scaled (scale_embeddings is for Transformers).
     """
@@ -338,7 +364,8 @@ def build_rnn(cfg: ModelConfig) -> RNNSeq2Seq:
     tgt_embedding = TokenEmbedding(cfg.tgt_vocab, e, cfg.pad_id, scale=False)
     src_embedding = tgt_embedding if cfg.share_vocab else TokenEmbedding(cfg.src_vocab, e, cfg.pad_id, scale=False)
     bridge = Bridge(cfg.enc_layers, directions, h, cfg.dec_layers, h, lstm=cfg.rnn_cell == "lstm")
-    encoder = RNNEncoder(src_embedding, _rnn(cfg, e, cfg.enc_layers, cfg.bidirectional), bridge, cfg.dropout)
+    encoder = RNNEncoder(src_embedding, _rnn(cfg, e, cfg.enc_layers, cfg.bidirectional), bridge, cfg.dropout,
+                         reverse_source=cfg.reverse_source)
 
     attention = _rnn_attention(cfg, key_size)
     luong = cfg.rnn_attention in _LUONG

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from seqmap.models.protocol import Memory, _map
+from seqmap.nn.dropout import Dropout
 
 
 @dataclass
@@ -59,7 +60,7 @@ class RNNLM(nn.Module):
         self.embedding = nn.Embedding(vocab, emb_size, padding_idx=pad_id)
         self.rnn = RNN_CELLS[cell](emb_size, hidden_size, layers, batch_first=True,
                                    dropout=dropout if layers > 1 else 0.0)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         width = emb_size if tie_embeddings else hidden_size
         self.bridge = nn.Linear(hidden_size, emb_size) if tie_embeddings and hidden_size != emb_size else None
         self.output = nn.Linear(width, vocab)

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from seqmap.models.protocol import Memory
 from seqmap.nn.attention import key_mask
+from seqmap.nn.dropout import Dropout
 from seqmap.nn.layers import DecoderLayer, EncoderLayer, TokenEmbedding
 from seqmap.nn.multihead import KVCache
 from seqmap.nn.positional import PositionalEncoding
@@ -30,7 +31,7 @@ class TransformerEncoder(nn.Module):
         self.embedding, self.positional = embedding, positional
         self.layers = nn.ModuleList(layers)
         self.final_norm = final_norm
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, src: Tensor, src_mask: Tensor | None, need_weights: bool = False
                 ) -> tuple[Tensor, list[Tensor | None]]:
@@ -91,7 +92,7 @@ class TransformerDecoder(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.final_norm = final_norm
         self.output = output
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def init_state(self, memory: Memory) -> TransformerState:
         """Project the memory to cross-attention keys/values once; start empty caches."""
@@ -102,11 +103,12 @@ class TransformerDecoder(nn.Module):
         )
 
     def forward(self, tokens: Tensor, memory: Memory, state: TransformerState | None = None,
-                need_attention: bool = False) -> tuple[Tensor, Tensor | None]:
+                need_attention: bool = False, features: bool = False) -> tuple[Tensor, Tensor | None]:
         """tokens (B, t) -> (logits (B, t, V), cross-attention (B, L, H, t, S) or None).
 
         Without a state (teacher forcing) the whole target is attended causally
         and nothing is cached; with a state, the new tokens extend its caches.
+        ``features=True`` stops before the output layer: (B, t, D) instead of logits.
         """
         offset = 0 if state is None else state.position
         x = self.dropout(self.positional.embed(self.embedding(tokens), offset))
@@ -126,7 +128,8 @@ class TransformerDecoder(nn.Module):
         if state is not None:
             state.position += tokens.size(1)
         attention = torch.stack(weights, dim=1) if need_attention else None
-        return self.output(self.final_norm(x)), attention
+        x = self.final_norm(x)
+        return (x if features else self.output(x)), attention
 
 
 class Transformer(nn.Module):
@@ -151,7 +154,15 @@ class Transformer(nn.Module):
         logits, attention = self.decoder(tokens, memory, state, need_attention)
         return logits, state, attention
 
-    def forward(self, src: Tensor, src_mask: Tensor | None, tgt: Tensor) -> Tensor:
-        """Teacher forcing: tgt (B, T) are the decoder inputs (BOS + target[:-1]) -> logits (B, T, V)."""
-        logits, _ = self.decoder(tgt, self.encode(src, src_mask))
-        return logits
+    @property
+    def output_layer(self) -> nn.Linear:
+        """The Linear that turns ``forward(..., features=True)`` into logits."""
+        return self.decoder.output
+
+    def forward(self, src: Tensor, src_mask: Tensor | None, tgt: Tensor, *, features: bool = False) -> Tensor:
+        """Teacher forcing: tgt (B, T) are the decoder inputs (BOS + target[:-1]) -> logits (B, T, V).
+
+        ``features=True``: the final hidden states (B, T, D) instead, for ``output_nll``.
+        """
+        out, _ = self.decoder(tgt, self.encode(src, src_mask), features=features)
+        return out

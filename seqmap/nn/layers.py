@@ -15,6 +15,7 @@ import math
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seqmap.nn.dropout import Dropout
 from seqmap.nn.multihead import KVCache, MultiHeadAttention
 from seqmap.nn.positional import PositionalEncoding
 
@@ -62,7 +63,7 @@ class FeedForward(nn.Module):
         self.activation = activation
         self.w1 = nn.Linear(d_model, 2 * d_ff if activation == "swiglu" else d_ff)
         self.w2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.w1(x)
@@ -78,7 +79,7 @@ class _Residual(nn.Module):
     """The pre-/post-norm switch shared by every layer."""
 
     pre_norm: bool
-    dropout: nn.Dropout
+    dropout: Dropout
 
     def _in(self, x: Tensor, norm: nn.Module) -> Tensor:
         return norm(x) if self.pre_norm else x
@@ -99,7 +100,7 @@ class EncoderLayer(_Residual):
         super().__init__()
         self.self_attn, self.ff = self_attn, ff
         self.norm1, self.norm2 = norm1, norm2
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm, self.causal = pre_norm, causal
 
     def forward(self, x: Tensor, mask: Tensor | None = None, *, positional: PositionalEncoding | None = None,
@@ -122,7 +123,7 @@ class DecoderLayer(_Residual):
         super().__init__()
         self.self_attn, self.cross_attn, self.ff = self_attn, cross_attn, ff
         self.norm1, self.norm2, self.norm3 = norm1, norm2, norm3
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
     def forward(self, x: Tensor, memory_kv: tuple[Tensor, Tensor], memory_mask: Tensor | None, *,

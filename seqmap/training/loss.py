@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 
 def label_smoothed_nll(
@@ -56,7 +56,8 @@ class _SmoothedNLL(torch.autograd.Function):
     tensor per gather, the mean's expansion, their sum, the softmax backward. At
     V = 8000 those passes over memory cost as much as a Transformer layer. The
     gradient has a closed form, ``softmax - (1 - eps) * one_hot - eps / V``
-    per real row, computed here in one new tensor. Padding rows are computed and then
+    per real row, computed here in place of the saved log-probabilities (so the
+    backward runs once per forward, and says so if asked twice). Padding rows are computed and then
     zeroed rather than indexed out beforehand: indexing would copy every real row,
     and padding is rare in bucketed batches.
     """
@@ -70,16 +71,22 @@ class _SmoothedNLL(torch.autograd.Function):
         loss = nll if smoothing == 0.0 else (1.0 - smoothing) * nll - smoothing * torch.where(real, logp.mean(-1), zero)
         pad_rows = (~real).nonzero().squeeze(1)
         ctx.save_for_backward(logp, target, pad_rows)
-        ctx.smoothing, ctx.dtype = smoothing, logits.dtype
+        ctx.smoothing, ctx.dtype, ctx.spent = smoothing, logits.dtype, False
         nll_sum = nll[real].sum()  # summing the real rows only: the same sum whatever padding surrounds them
         ctx.mark_non_differentiable(nll_sum)
         return loss[real].sum(), nll_sum
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor, None, None, None]:
+        if ctx.spent:
+            raise RuntimeError(
+                "label_smoothed_nll's backward turns its saved log-probabilities into the gradient in place, so it "
+                "runs once per forward; to back-propagate twice (retain_graph=True), compute the loss again")
+        ctx.spent = True
         logp, target, pad_rows = ctx.saved_tensors
         eps, vocab = ctx.smoothing, logp.size(1)
-        grad = torch.exp(logp)  # softmax, (N, V)
+        # In place: a fresh (N, V) tensor would cost more (page faults on every step) than the exp itself.
+        grad = logp.exp_()  # softmax, (N, V)
         if eps:
             grad.sub_(eps / vocab)
         grad.scatter_add_(1, target.unsqueeze(1), grad.new_full((grad.size(0), 1), eps - 1.0))
@@ -87,3 +94,87 @@ class _SmoothedNLL(torch.autograd.Function):
         if pad_rows.numel():
             grad.index_fill_(0, pad_rows, 0.0)  # touches only the padding rows (NaN there stays out)
         return grad.to(ctx.dtype), None, None, None
+
+
+def output_nll(
+    features: Tensor, output: nn.Linear, target: Tensor, pad_id: int = 0, smoothing: float = 0.0,
+    chunk_elements: int = 1 << 22,
+) -> tuple[Tensor, Tensor, int]:
+    """``label_smoothed_nll(output(features), target, ...)`` without the (N, V) logits.
+
+    The output layer and the loss run together over chunks of rows (about
+    ``chunk_elements`` logits, 16 MB, at a time), and the gradients of the features and of the output layer are made in
+    the same pass (the closed form of ``_SmoothedNLL``), so neither the logits nor
+    their log-probabilities nor their gradient ever exist for the whole batch:
+    at 4,096 tokens and V = 8,000 each would be 131 MB, written to fresh memory on
+    every step. The chunks are small enough to be reused by the allocator and to
+    stay in cache. Same values, same gradients (to float rounding), same returns.
+
+    Float32 features only (the CPU path of ``seqmap train``); use
+    ``label_smoothed_nll`` on the logits for half precision and autocast.
+
+    Args:
+        features: (B, T, D) the final hidden states (any leading shape, D last).
+        output: the Linear from D to the vocabulary (tied or not, with or without bias).
+        target, pad_id, smoothing: as for ``label_smoothed_nll``.
+        chunk_elements: logits per chunk (rows per chunk = this // V, at least 1).
+    """
+    if features.shape[:-1] != target.shape:
+        raise ValueError(f"features {tuple(features.shape)} must be target {tuple(target.shape)} plus a feature axis")
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+    if features.dtype != torch.float32 or output.weight.dtype != torch.float32:
+        raise ValueError("output_nll works in float32; for other dtypes use label_smoothed_nll on the logits")
+    real = (target != pad_id).reshape(-1)
+    rows = max(1, chunk_elements // output.weight.size(0))
+    loss, nll = _OutputNLL.apply(features.reshape(-1, features.size(-1)), output.weight, output.bias,
+                                 target.reshape(-1), real, smoothing, rows)
+    return loss, nll, int(real.sum())
+
+
+class _OutputNLL(torch.autograd.Function):
+    """Linear output layer + masked label-smoothed cross-entropy, chunked over rows, gradients made in forward."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, real: Tensor,
+                smoothing: float, chunk: int) -> tuple[Tensor, Tensor]:
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        vocab = weight.size(0)
+        loss_sum, nll_sum = h.new_zeros(()), h.new_zeros(())
+        grad_h = torch.empty_like(h) if need_h else None
+        grad_w = torch.zeros_like(weight) if need_w else None
+        grad_b = torch.zeros_like(bias) if need_b else None
+        for start in range(0, h.size(0), chunk):
+            rows = slice(start, start + chunk)
+            hc, tc, rc = h[rows], target[rows].unsqueeze(1), real[rows]
+            logp = F.log_softmax(F.linear(hc, weight, bias), dim=-1)  # (c, V)
+            nll = torch.where(rc, -logp.gather(1, tc).squeeze(1), 0.0)
+            if smoothing:
+                loss = (1.0 - smoothing) * nll - smoothing * torch.where(rc, logp.mean(-1), 0.0)
+            else:
+                loss = nll
+            loss_sum += loss[rc].sum()
+            nll_sum += nll[rc].sum()
+            if not (need_h or need_w or need_b):
+                continue
+            grad = logp.exp_()  # softmax; then the closed form: softmax - (1 - eps) one_hot - eps / V on real rows
+            if smoothing:
+                grad.sub_(smoothing / vocab)
+            grad.scatter_add_(1, tc, grad.new_full(tc.shape, smoothing - 1.0))
+            grad.masked_fill_(~rc.unsqueeze(1), 0.0)  # padding rows: zero (NaN there stays out)
+            if need_h:
+                torch.mm(grad, weight, out=grad_h[rows])
+            if need_w:
+                grad_w.addmm_(grad.t(), hc)
+            if need_b:
+                grad_b.add_(grad.sum(0))
+        ctx.save_for_backward(*(g for g in (grad_h, grad_w, grad_b) if g is not None))
+        ctx.needs = (need_h, need_w, need_b)
+        ctx.mark_non_differentiable(nll_sum)
+        return loss_sum, nll_sum
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
+        saved = iter(ctx.saved_tensors)
+        grads = [next(saved) * grad_loss if need else None for need in ctx.needs]
+        return (*grads, None, None, None, None)

@@ -45,7 +45,7 @@ from seqmap.models.builder import build_model
 from seqmap.training import distributed
 from seqmap.training.carry import CarriedState
 from seqmap.training.checkpoint import CheckpointManager, load_checkpoint
-from seqmap.training.loss import label_smoothed_nll
+from seqmap.training.loss import label_smoothed_nll, output_nll
 from seqmap.training.runlog import RunLog
 from seqmap.training.schedule import make_schedule, set_lr
 from seqmap.training.validate import eval_context, lm_batches, summed_nll, validate
@@ -161,6 +161,11 @@ class Trainer:
             raise TrainingError(f"train.schedule={t.schedule}: {e} (check train.warmup and train.max_steps)") from None
         self.amp_dtype = autocast_dtype(t.precision, self.device)
         self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
+        # the output layer and the loss in one chunked pass (no (N, V) logits) where the model offers its
+        # features and runs in float32; otherwise logits, then the loss
+        self.fused_output = (self.carry is None and self.amp_dtype is None
+                             and isinstance(getattr(self.model, "output_layer", None), nn.Linear)
+                             and self.model.output_layer.weight.dtype == torch.float32)
         self.checkpoints = CheckpointManager(
             self.run_dir, keep_last=t.keep_last, metric=t.early_stopping,
             mode="max" if t.early_stopping in ("bleu", "chrf") else "min")
@@ -246,8 +251,13 @@ class Trainer:
             sync = nullcontext() if last or not self.dist.enabled else self.ddp.no_sync()
             amp = (torch.autocast(self.device.type, dtype=self.amp_dtype) if self.amp_dtype else nullcontext())
             with sync, amp:
-                logits = self.ddp(batch.src, batch.src_mask, batch.tgt_in)
-                loss, nll, _ = label_smoothed_nll(logits, batch.tgt_out, PAD, t.label_smoothing)
+                if self.fused_output:
+                    features = self.ddp(batch.src, batch.src_mask, batch.tgt_in, features=True)
+                    loss, nll, _ = output_nll(features, self.model.output_layer, batch.tgt_out, PAD,
+                                              t.label_smoothing)
+                else:
+                    logits = self.ddp(batch.src, batch.src_mask, batch.tgt_in)
+                    loss, nll, _ = label_smoothed_nll(logits, batch.tgt_out, PAD, t.label_smoothing)
                 # DDP averages gradients over ranks; scale so the result is sum(loss) / all tokens
                 scaled = loss * (self.dist.world_size / global_tokens)
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()

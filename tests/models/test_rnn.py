@@ -1,7 +1,8 @@
 """Invariants of the RNN encoder-decoder family.
 
 Every cell (rnn, lstm, gru) x source use (no attention, Cho et al. fixed context,
-Bahdanau, Luong dot/general/concat, Luong without input feeding) x uni/bidirectional
+Bahdanau, Luong dot/general/concat, Luong without input feeding, a reversed source
+without and with attention) x uni/bidirectional
 encoder: incremental decoding equals teacher forcing, padding never changes real
 outputs, states and memories reorder by batch row, every parameter learns, and a
 few configurations memorise a batch.
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from seqmap.config import ConfigError, ModelConfig
 from seqmap.models.builder import build_model
 from seqmap.models.protocol import DecoderState, SequenceModel
-from seqmap.models.rnn import RNNDecoder, RNNSeq2Seq, build_rnn
+from seqmap.models.rnn import RNNDecoder, RNNSeq2Seq, build_rnn, reverse_padded
 
 SRC_V, TGT_V, PAD = 11, 13, 0
 
@@ -26,6 +27,8 @@ MODES = {
     "general": dict(rnn_attention="general"),
     "general-nofeed": dict(rnn_attention="general", input_feeding=False),
     "concat": dict(rnn_attention="concat"),
+    "none-reversed": dict(rnn_attention="none", reverse_source=True),
+    "bahdanau-reversed": dict(rnn_attention="bahdanau", reverse_source=True),
 }
 # dot attention needs encoder width == decoder width, so only a unidirectional encoder.
 GRID = [pytest.param(cell, mode, bi, id=f"{cell}-{mode}-{'bi' if bi else 'uni'}")
@@ -160,6 +163,35 @@ def test_bridge_maps_encoder_layers_to_decoder_layers(layers):
         torch.testing.assert_close(steps, model(src, src_mask, tgt), atol=1e-5, rtol=1e-5)
 
 
+def test_reverse_padded_reverses_real_positions_only_and_is_its_own_inverse():
+    x = torch.arange(10.0).view(2, 5)[:, :, None].expand(2, 5, 3)
+    lengths = torch.tensor([3, 5])
+    out = reverse_padded(x, lengths)
+    assert out[..., 0].tolist() == [[2.0, 1.0, 0.0, 3.0, 4.0], [9.0, 8.0, 7.0, 6.0, 5.0]]
+    torch.testing.assert_close(reverse_padded(out, lengths), x)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_reversed_encoder_reads_the_source_backwards_and_returns_states_in_source_order(bidirectional):
+    forward_model = make("lstm", "bahdanau", bidirectional)
+    backward_model = make("lstm", "bahdanau", bidirectional, reverse_source=True)
+    backward_model.load_state_dict(forward_model.state_dict())  # the same weights; only the reading order differs
+    src, src_mask, _ = batch()
+    lengths = src_mask.sum(1)
+    flipped = reverse_padded(src[:, :, None], lengths)[:, :, 0]
+    states, final = backward_model.encoder(src, src_mask)
+    flipped_states, flipped_final = forward_model.encoder(flipped, src_mask)
+    torch.testing.assert_close(final, flipped_final)
+    torch.testing.assert_close(states, reverse_padded(flipped_states, lengths))
+    # and the order matters: the unreversed encoder ends in a different state
+    assert not torch.allclose(forward_model.encoder(src, src_mask)[1][0], final[0])
+    # without a mask (no padding) the whole row is reversed
+    full_states, full_final = backward_model.encoder(src[:1, :], None)
+    flip_states, flip_final = forward_model.encoder(src[:1, :].flip(1), None)
+    torch.testing.assert_close(full_final, flip_final)
+    torch.testing.assert_close(full_states, flip_states.flip(1))
+
+
 def test_padded_encoder_states_are_zero_and_empty_source_is_finite():
     model = make("lstm", "bahdanau")
     src, src_mask, tgt = batch()
@@ -196,6 +228,8 @@ def test_share_vocab_uses_one_table():
 def test_clear_errors():
     with pytest.raises(ConfigError, match="bidirectional=false"):
         make("lstm", "dot", bidirectional=True)
+    with pytest.raises(ConfigError, match="reverse_source=true is for model.family=rnn"):
+        ModelConfig(family="transformer", reverse_source=True)
     model = make("lstm", "general")
     src, src_mask, tgt = batch()
     with pytest.raises(ValueError, match="right-padded"):

@@ -233,3 +233,18 @@ def test_builder_errors_name_the_option(cfg, message):
 def test_config_rejects_bad_values(cfg, message):
     with pytest.raises(ConfigError, match=message):
         ModelConfig(**cfg)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("tie", [True, False])
+def test_features_through_the_output_layer_are_the_logits(family, tie):
+    model = make(family, tie_embeddings=tie)
+    src, src_mask, tgt = batch()
+    if family == "lm":
+        src = src_mask = None
+    features = model(src, src_mask, tgt, features=True)
+    assert features.shape == (3, 6, 32)
+    assert isinstance(model.output_layer, torch.nn.Linear)
+    assert (model.output_layer.weight is model.decoder.embedding.weight if family == "transformer"
+            else model.output_layer.weight is model.embedding.weight) == tie
+    torch.testing.assert_close(model.output_layer(features), model(src, src_mask, tgt))

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seqmap.training.loss import label_smoothed_nll
+from seqmap.training.loss import label_smoothed_nll, output_nll
 
 PAD = 0
 
@@ -92,16 +92,113 @@ def test_errors():
         label_smoothed_nll(logits, target[:, :-1])
 
 
+def test_a_second_backward_through_the_same_loss_is_refused_with_the_fix():
+    logits, target = example()
+    logits.requires_grad_(True)
+    loss, _, _ = label_smoothed_nll(logits * 1.0, target, pad_id=PAD, smoothing=0.1)
+    loss.backward(retain_graph=True)
+    first = logits.grad.clone()
+    with pytest.raises(RuntimeError, match="compute the loss again"):
+        loss.backward()
+    logits.grad = None
+    label_smoothed_nll(logits * 1.0, target, pad_id=PAD, smoothing=0.1)[0].backward()
+    torch.testing.assert_close(logits.grad, first)
+
+
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.4])
 def test_hand_written_gradient_matches_autograd_of_the_formula(smoothing):
-    """The closed-form backward equals autograd through log_softmax (float64 gradcheck, and by value)."""
+    """The closed-form backward equals autograd through log_softmax (float64 to 1e-12, and float32 by value).
+
+    (Not ``gradcheck``: it back-propagates twice through one forward, which the in-place backward refuses.)
+    """
     logits, target = example(seed=3)
-    logits64 = logits.double().requires_grad_(True)
-    torch.autograd.gradcheck(lambda x: label_smoothed_nll(x, target, pad_id=PAD, smoothing=smoothing)[0],
-                             (logits64,))
+    a = logits.double().requires_grad_(True)
+    label_smoothed_nll(a, target, pad_id=PAD, smoothing=smoothing)[0].backward()
+    b = logits.double().requires_grad_(True)
+    F.cross_entropy(b.reshape(-1, b.size(-1)), target.reshape(-1), ignore_index=PAD, reduction="sum",
+                    label_smoothing=smoothing).backward()
+    assert a.grad.dtype == torch.float64
+    torch.testing.assert_close(a.grad, b.grad, rtol=1e-12, atol=1e-12)
+    # and against finite differences of the loss itself in a few coordinates
+    with torch.no_grad():
+        for index in [(0, 0, 0), (0, 2, 5), (1, 4, 10), (2, 0, 3)]:
+            step = torch.zeros_like(a)
+            step[index] = 1e-6
+            up = label_smoothed_nll(a + step, target, pad_id=PAD, smoothing=smoothing)[0]
+            down = label_smoothed_nll(a - step, target, pad_id=PAD, smoothing=smoothing)[0]
+            assert abs(((up - down) / 2e-6).item() - a.grad[index].item()) < 1e-6
     x = logits.clone().requires_grad_(True)
     label_smoothed_nll(x, target, pad_id=PAD, smoothing=smoothing)[0].backward()
     y = logits.clone().requires_grad_(True)
     flat = y.reshape(-1, y.size(-1)), target.reshape(-1)
     F.cross_entropy(*flat, ignore_index=PAD, reduction="sum", label_smoothing=smoothing).backward()
     torch.testing.assert_close(x.grad, y.grad, rtol=1e-5, atol=1e-6)
+
+
+# -- output_nll: the output layer and the loss in one chunked pass ------------------------------------------
+
+
+def output_example(seed: int = 5, bias: bool = True, V: int = 13, D: int = 6):
+    torch.manual_seed(seed)
+    output = torch.nn.Linear(D, V, bias=bias)
+    features = torch.randn(3, 7, D) * 2
+    target = torch.randint(1, V, (3, 7))
+    target[0, 4:] = PAD
+    target[2, 1:] = PAD
+    return features, output, target
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("chunk_elements", [13 * 4, 13 * 5, 1 << 22])  # 4 and 5 rows (uneven), all 21 at once
+def test_output_nll_equals_the_output_layer_then_the_loss(smoothing, bias, chunk_elements):
+    features, output, target = output_example(bias=bias)
+    a = features.clone().requires_grad_(True)
+    loss, nll, n = output_nll(a, output, target, PAD, smoothing, chunk_elements=chunk_elements)
+    (loss * 0.5).backward()
+    fused = [a.grad] + [p.grad.clone() for p in output.parameters()]
+    output.zero_grad()
+    b = features.clone().requires_grad_(True)
+    ref_loss, ref_nll, ref_n = label_smoothed_nll(output(b), target, PAD, smoothing)
+    (ref_loss * 0.5).backward()
+    reference = [b.grad] + [p.grad for p in output.parameters()]
+    assert n == ref_n == int((target != PAD).sum())
+    torch.testing.assert_close(loss, ref_loss)
+    torch.testing.assert_close(nll, ref_nll)
+    assert not nll.requires_grad
+    for got, want in zip(fused, reference, strict=True):
+        torch.testing.assert_close(got, want)
+    assert (a.grad[target == PAD] == 0).all()
+
+
+def test_output_nll_tied_weight_sums_both_uses_and_padding_rows_do_not_count():
+    features, output, target = output_example(bias=False)
+    embedding = torch.nn.Embedding(13, 6)
+    output.weight = embedding.weight  # tied: the table is also read by a lookup
+    ids = torch.tensor([[1, 2, 3]])
+    feats = features.clone()
+    feats[2, 5] = 1e4  # a padding position: whatever is there changes nothing
+    loss, _, _ = output_nll(feats, output, target, PAD, 0.1)
+    (loss + embedding(ids).sum()).backward()
+    fused = embedding.weight.grad.clone()
+    embedding.weight.grad = None
+    keep = target != PAD
+    ref, _, _ = label_smoothed_nll(output(features)[keep], target[keep], PAD, 0.1)  # padding rows dropped
+    (ref + embedding(ids).sum()).backward()
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(fused, embedding.weight.grad)
+
+
+def test_output_nll_without_gradients_and_its_errors():
+    features, output, target = output_example()
+    with torch.no_grad():
+        loss, nll, _ = output_nll(features, output, target, PAD, 0.1)
+        ref, ref_nll, _ = label_smoothed_nll(output(features), target, PAD, 0.1)
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(nll, ref_nll)
+    with pytest.raises(ValueError, match="feature axis"):
+        output_nll(features, output, target[:, :-1])
+    with pytest.raises(ValueError, match="smoothing"):
+        output_nll(features, output, target, smoothing=1.0)
+    with pytest.raises(ValueError, match="label_smoothed_nll on the logits"):
+        output_nll(features.double(), output.double(), target)

@@ -83,6 +83,27 @@ def test_run_directory_explains_itself(corpus, tmp_path):
     assert "tok:13a" in result["test"]["bleu_signature"]
 
 
+def test_fused_output_loss_trains_like_logits_then_loss(corpus, tmp_path, monkeypatch):
+    """The Transformer trains through ``output_nll``; swapping in logits-then-loss changes no logged loss."""
+    cfg = from_dict(RunConfig, config(corpus, max_steps=8, valid_every=8))
+    calls = []
+    fused = trainer_module.output_nll
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "output_nll", counted)
+    train(cfg, tmp_path / "fused", stream=open(os.devnull, "w"))
+    assert len(calls) == 8
+    monkeypatch.setattr(trainer_module, "output_nll", lambda features, output, target, pad, eps:
+                        trainer_module.label_smoothed_nll(output(features), target, pad, eps))
+    train(cfg, tmp_path / "logits", stream=open(os.devnull, "w"))
+    fused_losses, logit_losses = train_losses(tmp_path / "fused"), train_losses(tmp_path / "logits")
+    assert sorted(fused_losses) == list(range(1, 9))
+    assert fused_losses == pytest.approx(logit_losses, rel=1e-5)
+
+
 def test_a_run_is_not_overwritten_and_resume_needs_a_checkpoint(corpus, tmp_path):
     cfg = from_dict(RunConfig, config(corpus, max_steps=2, valid_every=2))
     train(cfg, tmp_path / "run", stream=open(os.devnull, "w"))
@@ -142,24 +163,24 @@ def test_two_processes_take_the_step_of_one_process_with_the_same_global_batch(c
 
 
 def test_nan_steps_are_skipped_and_persistent_nan_stops_with_a_clear_message(corpus, tmp_path, monkeypatch):
-    real = trainer_module.label_smoothed_nll
+    real = trainer_module.output_nll  # the loss a Transformer trains with
     calls = {"n": 0}
 
-    def sometimes_nan(logits, *args, **kwargs):
+    def sometimes_nan(features, *args, **kwargs):
         calls["n"] += 1
-        loss, nll, n = real(logits, *args, **kwargs)
+        loss, nll, n = real(features, *args, **kwargs)
         return (loss * float("nan"), nll, n) if calls["n"] in (3, 4) else (loss, nll, n)
 
-    monkeypatch.setattr(trainer_module, "label_smoothed_nll", sometimes_nan)
+    monkeypatch.setattr(trainer_module, "output_nll", sometimes_nan)
     result = train(from_dict(RunConfig, config(corpus, max_steps=8, valid_every=100, valid_bleu=False)),
                    tmp_path / "run", stream=open(os.devnull, "w"))
     assert result["step"] == 8
     log = (tmp_path / "run" / "train.log").read_text()
     assert "update skipped (2 in a row, 2 in all)" in log
 
-    monkeypatch.setattr(trainer_module, "label_smoothed_nll",
-                        lambda logits, *a, **k: tuple((x * float("nan") if i == 0 else x)
-                                                      for i, x in enumerate(real(logits, *a, **k))))
+    monkeypatch.setattr(trainer_module, "output_nll",
+                        lambda features, *a, **k: tuple((x * float("nan") if i == 0 else x)
+                                                      for i, x in enumerate(real(features, *a, **k))))
     with pytest.raises(TrainingError, match="3 steps in a row had a NaN/inf loss"):
         train(from_dict(RunConfig, config(corpus, max_steps=8, max_bad_steps=3, valid_bleu=False)),
               tmp_path / "run2", stream=open(os.devnull, "w"))
