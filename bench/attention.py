@@ -35,9 +35,9 @@ from torch import Tensor, nn
 from torch.utils.benchmark import Timer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/common.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/machine.py
 
-from common import cpu_name  # noqa: E402
+from machine import cpu_name  # noqa: E402
 
 from seqmap.nn.attention import causal_mask  # noqa: E402
 from seqmap.nn.multihead import MultiHeadAttention  # noqa: E402

@@ -55,9 +55,9 @@ import torch
 from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/common.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/machine.py
 
-from common import cpu_name  # noqa: E402
+from machine import cpu_name  # noqa: E402
 
 from seqmap.config import ModelConfig  # noqa: E402
 from seqmap.decoding.beam import beam_search  # noqa: E402

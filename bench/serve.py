@@ -37,9 +37,9 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/common.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/machine.py
 
-from common import cpu_name  # noqa: E402
+from machine import cpu_name  # noqa: E402
 
 LETTERS = [chr(ord("a") + i) for i in range(20)]
 

@@ -64,9 +64,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/common.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/machine.py
 
-from common import cpu_name  # noqa: E402
+from machine import cpu_name  # noqa: E402
 
 from seqmap.config import ModelConfig, TrainConfig  # noqa: E402
 from seqmap.data.batching import collate_pairs, token_budget_batches  # noqa: E402

@@ -127,12 +127,9 @@ class RNNEncoder(nn.Module):
     def forward(self, src: Tensor, src_mask: Tensor | None) -> tuple[Tensor, Hidden]:
         """src (B, S), src_mask (B, S) True at real tokens -> (states (B, S, D_enc), decoder initial state)."""
         x = self.dropout(self.embedding(src))  # (B, S, E)
-        if src_mask is None:
-            if self.reverse_source:
-                states, final = self.rnn(x.flip(1))
-                return states.flip(1), self.bridge(final)
-            states, final = self.rnn(x)
-            return states, self.bridge(final)
+        if src_mask is None:  # no padding: reversing is a flip
+            states, final = self.rnn(x.flip(1) if self.reverse_source else x)
+            return (states.flip(1) if self.reverse_source else states), self.bridge(final)
         lengths = src_mask.sum(dim=1)
         if not torch.equal(src_mask, torch.arange(src.size(1), device=src.device)[None, :] < lengths[:, None]):
             raise ValueError("RNNEncoder needs right-padded sources: src_mask must be True on a prefix of each row")

@@ -48,6 +48,26 @@ def label_smoothed_nll(
     return loss, nll, int(real.sum())
 
 
+def _row_losses(logp: Tensor, target: Tensor, real: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
+    """Per-row (label-smoothed loss, NLL) from log-probabilities (N, V); zero on padding rows (NaN-safe)."""
+    nll = torch.where(real, -logp.gather(1, target.unsqueeze(1)).squeeze(1), 0.0)  # where, not *: NaN stays out
+    if not smoothing:
+        return nll, nll
+    return (1.0 - smoothing) * nll - smoothing * torch.where(real, logp.mean(-1), 0.0), nll
+
+
+def _gradient_in_place(logp: Tensor, target: Tensor, smoothing: float) -> Tensor:
+    """Turn log-probabilities (N, V) into the loss gradient ``softmax - (1 - eps) one_hot - eps / V``, in place.
+
+    In place because a fresh (N, V) tensor costs more (page faults on every step) than the exp itself.
+    Padding rows are left for the caller to zero.
+    """
+    grad = logp.exp_()  # softmax
+    if smoothing:
+        grad.sub_(smoothing / grad.size(1))
+    return grad.scatter_add_(1, target.unsqueeze(1), grad.new_full((grad.size(0), 1), smoothing - 1.0))
+
+
 class _SmoothedNLL(torch.autograd.Function):
     """Masked label-smoothed cross-entropy over (N, V) rows with a hand-written backward.
 
@@ -57,18 +77,16 @@ class _SmoothedNLL(torch.autograd.Function):
     V = 8000 those passes over memory cost as much as a Transformer layer. The
     gradient has a closed form, ``softmax - (1 - eps) * one_hot - eps / V``
     per real row, computed here in place of the saved log-probabilities (so the
-    backward runs once per forward, and says so if asked twice). Padding rows are computed and then
-    zeroed rather than indexed out beforehand: indexing would copy every real row,
-    and padding is rare in bucketed batches.
+    backward runs once per forward, and says so if asked twice). Padding rows are
+    computed and then zeroed rather than indexed out beforehand: indexing would
+    copy every real row, and padding is rare in bucketed batches.
     """
 
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, real: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
         wide = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()  # half -> float32
         logp = F.log_softmax(wide, dim=-1)  # (N, V)
-        zero = logp.new_zeros(())
-        nll = torch.where(real, -logp.gather(1, target.unsqueeze(1)).squeeze(1), zero)  # (N,); where, not *: NaN-safe
-        loss = nll if smoothing == 0.0 else (1.0 - smoothing) * nll - smoothing * torch.where(real, logp.mean(-1), zero)
+        loss, nll = _row_losses(logp, target, real, smoothing)  # (N,) each
         pad_rows = (~real).nonzero().squeeze(1)
         ctx.save_for_backward(logp, target, pad_rows)
         ctx.smoothing, ctx.dtype, ctx.spent = smoothing, logits.dtype, False
@@ -84,12 +102,7 @@ class _SmoothedNLL(torch.autograd.Function):
                 "runs once per forward; to back-propagate twice (retain_graph=True), compute the loss again")
         ctx.spent = True
         logp, target, pad_rows = ctx.saved_tensors
-        eps, vocab = ctx.smoothing, logp.size(1)
-        # In place: a fresh (N, V) tensor would cost more (page faults on every step) than the exp itself.
-        grad = logp.exp_()  # softmax, (N, V)
-        if eps:
-            grad.sub_(eps / vocab)
-        grad.scatter_add_(1, target.unsqueeze(1), grad.new_full((grad.size(0), 1), eps - 1.0))
+        grad = _gradient_in_place(logp, target, ctx.smoothing)  # (N, V)
         grad.mul_(grad_loss)
         if pad_rows.numel():
             grad.index_fill_(0, pad_rows, 0.0)  # touches only the padding rows (NaN there stays out)
@@ -103,9 +116,10 @@ def output_nll(
     """``label_smoothed_nll(output(features), target, ...)`` without the (N, V) logits.
 
     The output layer and the loss run together over chunks of rows (about
-    ``chunk_elements`` logits, 16 MB, at a time), and the gradients of the features and of the output layer are made in
-    the same pass (the closed form of ``_SmoothedNLL``), so neither the logits nor
-    their log-probabilities nor their gradient ever exist for the whole batch:
+    ``chunk_elements`` logits, 16 MB, at a time), and the gradients of the
+    features and of the output layer are made in the same pass (the closed form
+    of ``_SmoothedNLL``), so neither the logits nor their log-probabilities nor
+    their gradient ever exist for the whole batch:
     at 4,096 tokens and V = 8,000 each would be 131 MB, written to fresh memory on
     every step. The chunks are small enough to be reused by the allocator and to
     stay in cache. Same values, same gradients (to float rounding), same returns.
@@ -139,28 +153,20 @@ class _OutputNLL(torch.autograd.Function):
     def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, real: Tensor,
                 smoothing: float, chunk: int) -> tuple[Tensor, Tensor]:
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        vocab = weight.size(0)
         loss_sum, nll_sum = h.new_zeros(()), h.new_zeros(())
         grad_h = torch.empty_like(h) if need_h else None
         grad_w = torch.zeros_like(weight) if need_w else None
         grad_b = torch.zeros_like(bias) if need_b else None
         for start in range(0, h.size(0), chunk):
             rows = slice(start, start + chunk)
-            hc, tc, rc = h[rows], target[rows].unsqueeze(1), real[rows]
+            hc, tc, rc = h[rows], target[rows], real[rows]
             logp = F.log_softmax(F.linear(hc, weight, bias), dim=-1)  # (c, V)
-            nll = torch.where(rc, -logp.gather(1, tc).squeeze(1), 0.0)
-            if smoothing:
-                loss = (1.0 - smoothing) * nll - smoothing * torch.where(rc, logp.mean(-1), 0.0)
-            else:
-                loss = nll
+            loss, nll = _row_losses(logp, tc, rc, smoothing)
             loss_sum += loss[rc].sum()
             nll_sum += nll[rc].sum()
             if not (need_h or need_w or need_b):
                 continue
-            grad = logp.exp_()  # softmax; then the closed form: softmax - (1 - eps) one_hot - eps / V on real rows
-            if smoothing:
-                grad.sub_(smoothing / vocab)
-            grad.scatter_add_(1, tc, grad.new_full(tc.shape, smoothing - 1.0))
+            grad = _gradient_in_place(logp, tc, smoothing)
             grad.masked_fill_(~rc.unsqueeze(1), 0.0)  # padding rows: zero (NaN there stays out)
             if need_h:
                 torch.mm(grad, weight, out=grad_h[rows])

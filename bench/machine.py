@@ -1,4 +1,4 @@
-"""What every bench script shares: naming the machine a result was measured on."""
+"""The machine a bench result was measured on, named the same way by every bench script."""
 
 from __future__ import annotations
 
