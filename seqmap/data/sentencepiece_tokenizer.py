@@ -54,6 +54,7 @@ class SentencePieceTokenizer(Tokenizer):
         kind: str,
         character_coverage: float = 1.0,
         byte_fallback: bool = False,
+        split_digits: bool = False,
         remove_extra_whitespaces: bool = True,
     ) -> SentencePieceTokenizer:
         """Train a sentencepiece model in memory.
@@ -66,7 +67,8 @@ class SentencePieceTokenizer(Tokenizer):
             character_coverage: share of characters (by frequency) that get their own
                 piece; the rest become UNK. 1.0 suits alphabets; 0.9995 suits Chinese/Japanese.
             byte_fallback: spell unknown characters as UTF-8 byte pieces instead of UNK
-                (adds 256 pieces).
+                (adds 256 pieces), so every character round-trips.
+            split_digits: every digit its own piece (numbers are spelled digit by digit).
             remove_extra_whitespaces: strip leading/trailing spaces and collapse runs of
                 spaces (sentencepiece's default); False keeps every space.
         """
@@ -77,6 +79,7 @@ class SentencePieceTokenizer(Tokenizer):
         options = {
             "character_coverage": character_coverage,
             "byte_fallback": byte_fallback,
+            "split_digits": split_digits,
             "remove_extra_whitespaces": remove_extra_whitespaces,
         }
         model = _BytesSink()
@@ -104,14 +107,14 @@ class SentencePieceTokenizer(Tokenizer):
     def vocab_size(self) -> int:
         return self._sp.get_piece_size()
 
-    def encode(self, text: str) -> list[int]:
+    def _encode(self, text: str) -> list[int]:
         return self._sp.encode(text)
 
     def decode(self, ids: Iterable[int]) -> str:
         # sentencepiece itself renders PAD/BOS/EOS (control pieces) as nothing and UNK as unk_surface
         return self._sp.decode([self._check_id(int(i)) for i in ids])
 
-    def tokens(self, text: str) -> list[str]:
+    def _tokens(self, text: str) -> list[str]:
         return self._sp.encode(text, out_type=str)
 
     def pieces(self, ids: Iterable[int]) -> list[str]:

@@ -29,6 +29,10 @@ Round trips (``decode(encode(text)) == text``):
 Unknown pieces decode to ``UNK_SURFACE`` ("⁇") in every kind; ``decode`` skips PAD,
 BOS and EOS wherever they occur (it does not stop at EOS).
 
+A tokenizer may carry a ``TextNormalizer`` (``normalize.py``: lowercasing, OpenCC script
+conversion), saved in its manifest: ``encode`` and ``tokens`` apply it first, so every
+caller (training, translate, serve, plots) reads text the same way.
+
 The ``bpe`` / ``unigram`` tokenizer (``SentencePieceTokenizer``) lives in ``sentencepiece_tokenizer.py``;
 it is imported when a tokenizer of those kinds is first trained or loaded.
 """
@@ -44,7 +48,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from seqmap.data.normalize import IDENTITY, TextNormalizer
+
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
+NEVER_GENERATED = (PAD, BOS, UNK)  # ids that decoding of text never emits (banned in greedy, beam and sampling)
 SPECIAL_PIECES = ("<pad>", "<s>", "</s>", "<unk>")  # the pieces of ids 0-3, in order
 UNK_SURFACE = "\u2047"  # "⁇": what UNK decodes to (sentencepiece's own marker)
 MANIFEST = "tokenizer.json"
@@ -60,23 +67,32 @@ class Tokenizer(ABC):
     """Text <-> token ids. Subclasses set ``kind`` and implement the abstract methods."""
 
     kind: str
+    normalizer: TextNormalizer = IDENTITY  # applied by encode and tokens (set per instance by train_tokenizer)
 
     @property
     @abstractmethod
     def vocab_size(self) -> int:
         """Number of ids, the four specials included (ids are ``0 .. vocab_size - 1``)."""
 
-    @abstractmethod
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text``; no BOS or EOS is added."""
+        """Token ids of ``text`` (normalized first); no BOS or EOS is added."""
+        return self._encode(self.normalizer(text))
+
+    def tokens(self, text: str) -> list[str]:
+        """The pieces of ``text`` (normalized first), one per id of ``encode(text)``."""
+        return self._tokens(self.normalizer(text))
+
+    @abstractmethod
+    def _encode(self, text: str) -> list[int]:
+        """Token ids of already normalized ``text``."""
+
+    @abstractmethod
+    def _tokens(self, text: str) -> list[str]:
+        """Pieces of already normalized ``text`` (unknown pieces keep their surface)."""
 
     @abstractmethod
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids``; PAD, BOS and EOS are skipped wherever they occur, UNK becomes ``UNK_SURFACE``."""
-
-    @abstractmethod
-    def tokens(self, text: str) -> list[str]:
-        """The pieces of ``text``, one per id of ``encode(text)`` (unknown pieces keep their surface)."""
 
     @abstractmethod
     def pieces(self, ids: Iterable[int]) -> list[str]:
@@ -106,13 +122,16 @@ class Tokenizer(ABC):
             "specials": dict(zip(SPECIAL_PIECES, (PAD, BOS, EOS, UNK), strict=True)),
             **self._write_files(directory),
         }
+        if not self.normalizer.identity:
+            manifest["normalizer"] = self.normalizer.to_dict()
         path = directory / MANIFEST
         path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         return path
 
     def fingerprint(self) -> str:
         """A hex digest that changes whenever any encoding could change (keys the token cache)."""
-        return hashlib.sha256(self.kind.encode() + b"\0" + self._state()).hexdigest()
+        norm = b"" if self.normalizer.identity else json.dumps(self.normalizer.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(self.kind.encode() + b"\0" + self._state() + norm).hexdigest()
 
     def _check_id(self, i: int) -> int:
         if not 0 <= i < self.vocab_size:
@@ -175,7 +194,7 @@ class _VocabTokenizer(Tokenizer):
     def vocab_size(self) -> int:
         return len(self._pieces)
 
-    def encode(self, text: str) -> list[int]:
+    def _encode(self, text: str) -> list[int]:
         return [self._index.get(p, UNK) for p in self._split(text)]
 
     def decode(self, ids: Iterable[int]) -> str:
@@ -186,7 +205,7 @@ class _VocabTokenizer(Tokenizer):
                 out.append(UNK_SURFACE if i == UNK else self._pieces[i])
         return self._join(out)
 
-    def tokens(self, text: str) -> list[str]:
+    def _tokens(self, text: str) -> list[str]:
         return self._split(text)
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
@@ -242,7 +261,7 @@ class WordTokenizer(_VocabTokenizer):
         return " ".join(pieces)
 
 
-_SENTENCEPIECE_OPTIONS = ("character_coverage", "byte_fallback", "remove_extra_whitespaces")
+_SENTENCEPIECE_OPTIONS = ("character_coverage", "byte_fallback", "split_digits", "remove_extra_whitespaces")
 _OPTIONS: dict[str, tuple[str, ...]] = {  # the training options each kind accepts
     "char": ("min_freq",),
     "word": ("min_freq",),
@@ -270,7 +289,8 @@ def _check_kind(kind: str) -> None:
         raise TokenizerError(f"unknown tokenizer kind {kind!r}{hint} (valid: {', '.join(TOKENIZER_KINDS)})")
 
 
-def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int | None = None, **options: Any) -> Tokenizer:
+def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int | None = None, *,
+                    normalizer: TextNormalizer = IDENTITY, **options: Any) -> Tokenizer:
     """Train a tokenizer of ``kind`` on ``texts`` (an iterable of strings, read once).
 
     Args:
@@ -281,6 +301,8 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int | None = No
         options: char/word: ``min_freq``. bpe/unigram: ``character_coverage``,
             ``byte_fallback``, ``remove_extra_whitespaces`` (see ``SentencePieceTokenizer.train``).
             Unknown options are rejected.
+        normalizer: applied to ``texts`` before training and kept by the tokenizer, whose
+            ``encode`` applies it to every text (saved in the manifest).
     """
     _check_kind(kind)
     cls, valid = _tokenizer_class(kind), _OPTIONS[kind]
@@ -290,11 +312,16 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int | None = No
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise TokenizerError(f"unknown option {name!r} for the {kind} tokenizer{hint} "
                                  f"(valid: {', '.join(valid) or 'none'})")
+    if not normalizer.identity:
+        texts = map(normalizer, texts)
     if kind in ("bpe", "unigram"):
         if vocab_size is None:
             raise TokenizerError(f"the {kind} tokenizer needs a vocab_size (e.g. 8000; smaller for small corpora)")
-        return cls.train(texts, vocab_size, kind=kind, **options)
-    return cls.train(texts, vocab_size, **options)
+        tokenizer = cls.train(texts, vocab_size, kind=kind, **options)
+    else:
+        tokenizer = cls.train(texts, vocab_size, **options)
+    tokenizer.normalizer = normalizer
+    return tokenizer
 
 
 def train_pair(
@@ -346,7 +373,12 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         _check_kind(kind)
     except TokenizerError as err:
         raise TokenizerError(f"{manifest_path}: {err}") from None
-    return _tokenizer_class(kind)._from_files(manifest_path.parent, manifest)
+    tokenizer = _tokenizer_class(kind)._from_files(manifest_path.parent, manifest)
+    try:
+        tokenizer.normalizer = TextNormalizer.from_dict(manifest.get("normalizer"))
+    except ValueError as err:
+        raise TokenizerError(f"{manifest_path}: {err}") from None
+    return tokenizer
 
 
 def _existing(path: Path, directory: Path) -> Path:

@@ -44,6 +44,7 @@ included, prompt excluded). Hypotheses are ranked by the normalized score
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -51,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqmap.decoding.greedy import GreedyResult, last_query, max_lengths, pad_keys, start_tokens
+from seqmap.decoding.greedy import GreedyResult, last_query, max_lengths, next_log_probs, pad_keys, start_tokens
 
 
 def gnmt_penalty(length: int, alpha: float) -> float:
@@ -254,6 +255,7 @@ def beam_search(
     prompt: Tensor | None = None,
     need_attention: bool = False,
     pad: int = 0,
+    banned: Sequence[int] = (),
 ) -> BeamResult:
     """Beam search for a batch of sentences (see the module docstring for the algorithm and stopping rule).
 
@@ -275,6 +277,7 @@ def beam_search(
             Rows share one length P. Not part of the returned tokens or scores.
         need_attention: keep each hypothesis's attention (L, H, T, S).
         pad: fills ``BeamResult.best().tokens`` after a hypothesis ends.
+        banned: ids never generated (see ``next_log_probs``); text-level decoding bans PAD, BOS and UNK.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
@@ -288,7 +291,7 @@ def beam_search(
     beams = Beams(torch.arange(batch), torch.zeros(batch, 1, device=device),
                   torch.empty(batch, 0, dtype=torch.long, device=device), finished=[[] for _ in range(batch)])
     for _ in range(int(limits.max())):
-        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (G*n, V)
+        log_probs = next_log_probs(logits, banned)  # (G*n, V)
         candidates = prune(expand(beams.scores, log_probs), beam_size, log_probs.size(-1))
         step_attention = last_query(attn) if need_attention else None
         finish(beams, candidates, eos, step_attention, length_penalty)

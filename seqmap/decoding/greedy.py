@@ -9,7 +9,7 @@ time, threading the decoder state through. A decoder-only model has no source
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -44,6 +44,18 @@ def pick_best(log_probs: Tensor) -> tuple[Tensor, Tensor]:
     """The greedy choice: the most likely token of each row."""
     best_score, best = log_probs.max(dim=-1)
     return best, best_score
+
+
+def next_log_probs(logits: Tensor, banned: Sequence[int] = ()) -> Tensor:
+    """(B, t, V) logits of a decode step -> (B, V) float log-probabilities of each row's next token.
+
+    ``banned`` ids (e.g. PAD, BOS and UNK, which a translation must never contain) get -inf
+    before the softmax: they are never chosen, and the rest renormalize among themselves.
+    """
+    last = logits[:, -1].float()
+    if banned:
+        last = last.index_fill(-1, torch.tensor(list(banned), device=last.device), float("-inf"))
+    return torch.log_softmax(last, dim=-1)
 
 
 def start_tokens(src: Tensor | None, prompt: Tensor | None, bos: int) -> Tensor:
@@ -97,6 +109,7 @@ def greedy(
     pad: int = 0,
     prompt: Tensor | None = None,
     need_attention: bool = False,
+    banned: Sequence[int] = (),
 ) -> GreedyResult:
     """Decode a batch greedily.
 
@@ -114,18 +127,19 @@ def greedy(
             (BOS included if the model expects it). Rows share one length P, so
             group prompts by length. Not part of the returned tokens.
         need_attention: also return the attention of every step (see ``GreedyResult``).
+        banned: ids never generated (see ``next_log_probs``); text-level decoding bans PAD, BOS and UNK.
 
     Returns:
         GreedyResult(tokens (B, <= max_len), scores (B,), lengths (B,), attention).
     """
     return decode_loop(model, src, src_mask, bos=bos, eos=eos, max_len=max_len, pad=pad, prompt=prompt,
-                       choose=pick_best, need_attention=need_attention)
+                       choose=pick_best, need_attention=need_attention, banned=banned)
 
 
 @torch.no_grad()
 def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int, eos: int, max_len: int | Tensor,
                 pad: int = 0, prompt: Tensor | None = None, choose: Choose = pick_best,
-                need_attention: bool = False) -> GreedyResult:
+                need_attention: bool = False, banned: Sequence[int] = ()) -> GreedyResult:
     """One token per row per step, chosen by ``choose`` from the log-probabilities (greedy, sampling)."""
     step_input = start_tokens(src, prompt, bos)  # (B, P) at first, then (B, 1)
     batch, device = step_input.size(0), step_input.device
@@ -139,7 +153,7 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
     out, attention = [], []
     for step in range(int(limits.max())):
         logits, state, attn = model.decode_step(step_input, memory, state, need_attention=need_attention)
-        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B, V)
+        log_probs = next_log_probs(logits, banned)  # (B, V)
         best, best_score = choose(log_probs)  # (B,), (B,)
         best = best.masked_fill(finished, pad)
         scores += best_score.masked_fill(finished, 0.0)

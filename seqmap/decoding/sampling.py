@@ -7,6 +7,8 @@ the same seed gives the same text.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -50,8 +52,11 @@ def sampling_choice(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
 @torch.no_grad()
 def sample(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int, eos: int, max_len: int, pad: int = 0,
            prompt: Tensor | None = None, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-           generator: torch.Generator | None = None) -> GreedyResult:
-    """Sample a continuation per row; scores are the model's log-probabilities of the drawn tokens."""
+           generator: torch.Generator | None = None, banned: Sequence[int] = ()) -> GreedyResult:
+    """Sample a continuation per row; scores are the model's log-probabilities of the drawn tokens.
+
+    ``banned`` ids are never drawn (see ``seqmap.decoding.greedy.next_log_probs``).
+    """
     choose = sampling_choice(temperature, top_k, top_p, generator)
     return decode_loop(model, src, src_mask, bos=bos, eos=eos, max_len=max_len, pad=pad, prompt=prompt,
-                       choose=choose)
+                       choose=choose, banned=banned)

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from seqmap.config import DecodeConfig, from_dict, to_dict
-from seqmap.data.tokenizers import BOS, EOS, PAD, Tokenizer
+from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD, Tokenizer
 from seqmap.decoding.beam import Hypothesis, beam_search, gnmt_penalty
 from seqmap.decoding.greedy import decode_loop, pick_best
 from seqmap.decoding.sampling import sampling_choice
@@ -100,7 +100,7 @@ def decode_batch(model, src: Tensor | None, src_mask: Tensor | None, prompt: Ten
             raise ValueError(f"n_best={n_best} needs beam search (sampling draws one output per input)")
         choose = sampling_choice(decode.temperature, decode.top_k, decode.top_p, generator) if sample else pick_best
         result = decode_loop(model, src, src_mask, bos=BOS, eos=EOS, max_len=max_len, pad=PAD, prompt=prompt,
-                             choose=choose, need_attention=need_attention)
+                             choose=choose, need_attention=need_attention, banned=NEVER_GENERATED)
         out = []
         for b, (length, score) in enumerate(zip(result.lengths.tolist(), result.scores.tolist())):
             attention = None if result.attention is None else result.attention[b, :, :, :length]
@@ -111,7 +111,7 @@ def decode_batch(model, src: Tensor | None, src_mask: Tensor | None, prompt: Ten
         raise ValueError(f"n_best={n_best} needs decode.beam_size >= {n_best} (got {decode.beam_size})")
     return beam_search(model, src, src_mask, beam_size=decode.beam_size, bos=BOS, eos=EOS, max_len=max_len,
                        length_penalty=decode.length_penalty, n_best=n_best, prompt=prompt,
-                       need_attention=need_attention, pad=PAD).hypotheses
+                       need_attention=need_attention, pad=PAD, banned=NEVER_GENERATED).hypotheses
 
 
 def _generator(sample: bool, seed: int, device) -> torch.Generator | None:

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from seqmap.config import DecodeConfig, to_dict
-from seqmap.data.tokenizers import BOS, EOS, PAD
+from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD
 from seqmap.decoding.align import forced_attention
 from seqmap.decoding.greedy import decode_loop, pick_best
 from seqmap.decoding.sampling import top_k_filter, top_p_filter
@@ -166,7 +166,7 @@ class Engine:
         else:
             choose = pick_best
         result = decode_loop(run.model, None, None, bos=BOS, eos=EOS, max_len=max_new, pad=PAD, prompt=prompt,
-                             choose=choose)
+                             choose=choose, banned=NEVER_GENERATED)
         out = []
         for b, job in enumerate(jobs):
             ids = strip_output(result.tokens[b, : int(result.lengths[b])].tolist())

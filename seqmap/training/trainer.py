@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -53,6 +54,11 @@ from seqmap.training.validate import eval_context, lm_batches, summed_nll, valid
 
 class TrainingError(RuntimeError):
     """Training cannot go on; the message says why and what to change."""
+
+
+def _is_terminal(stream) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
 
 
 def resolve_device(name: str) -> torch.device:
@@ -297,9 +303,12 @@ class Trainer:
     def run(self) -> dict:
         t, s = self.cfg.train, self.state
         batches = self._lm_batches() if self.cfg.data.task == "lm" else self._translation_batches()
-        # with a time budget the step count that ends the run is unknown: show no total (and no false ETA)
+        # with a time budget the step count that ends the run is unknown: show no total (and no false ETA).
+        # The bar is for a terminal only: in a file it would be thousands of carriage-return frames, and the
+        # log line every train.log_every steps says the same.
         bar = tqdm(total=t.max_steps if t.max_steps > 0 and t.max_time <= 0 else None, initial=s["step"],
-                   disable=not self.dist.is_main, unit="step", dynamic_ncols=True, mininterval=1.0)
+                   disable=not (self.dist.is_main and _is_terminal(sys.stderr)), unit="step", dynamic_ncols=True,
+                   mininterval=1.0)
         window_tokens, window_time, window_loss, window_nll, bad_in_a_row = 0, 0.0, 0.0, 0.0, 0
         stop_reason = self._should_stop()
         last_valid_step = -1

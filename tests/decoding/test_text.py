@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from seqmap.config import ConfigError, DecodeConfig, ModelConfig
-from seqmap.data.tokenizers import BOS, EOS, PAD, train_tokenizer
+from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD, train_tokenizer
 from seqmap.decoding.beam import beam_search
 from seqmap.decoding.greedy import greedy
 from seqmap.decoding.text import (
@@ -45,7 +45,7 @@ def test_greedy_by_default_equals_greedy_on_each_sentence():
     out = translate_ids(model, ids(SOURCES))
     for i, source in enumerate(ids(SOURCES)):
         src, mask, max_len = alone(i, source)
-        expected = greedy(model, src, mask, bos=BOS, eos=EOS, max_len=max_len)
+        expected = greedy(model, src, mask, bos=BOS, eos=EOS, max_len=max_len, banned=NEVER_GENERATED)
         assert out[i] == strip_output(expected.tokens[0].tolist())
 
 
@@ -77,7 +77,7 @@ def test_beam_equals_beam_search_per_sentence_under_any_token_budget(family):
     for i, source in enumerate(sources[:len(SOURCES)]):
         src, mask, max_len = alone(i, source)
         expected = beam_search(model, src, mask, beam_size=3, bos=BOS, eos=EOS, max_len=max_len,
-                               length_penalty=1.0).hypotheses[0][0]
+                               length_penalty=1.0, banned=NEVER_GENERATED).hypotheses[0][0]
         assert big[i] == strip_output(expected.tokens)
 
 
