@@ -447,6 +447,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _split_overrides(tokens: list[str]) -> tuple[list[str], list[str]]:
+    """``--section.key VALUE`` / ``--section.key=VALUE`` overrides, and the tokens that belong to none."""
+    overrides, stray = [], []
+    items = list(tokens)
+    while items:
+        tok = items.pop(0)
+        if tok.startswith("--") and "." in tok:
+            overrides.append(tok)
+            if "=" not in tok and items:
+                overrides.append(items.pop(0))
+        else:
+            stray.append(tok)
+    return overrides, stray
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -475,6 +490,9 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)}")
     args.overrides = overrides
+    if isinstance(getattr(args, "text", None), list):  # translate: sentences after an option land in overrides
+        args.overrides, stray = _split_overrides(overrides)
+        args.text = [*args.text, *stray]
     try:
         return args.handler(args)
     except (UserError, ConfigError, *_user_errors()) as e:

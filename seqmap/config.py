@@ -140,7 +140,8 @@ class DataConfig:
     src_lang: str = "src"  # language codes: pick the BLEU tokenizer (zh -> tok zh) and name outputs
     tgt_lang: str = "tgt"
     tokenizer: str = "bpe"  # char | word | bpe | unigram
-    vocab_size: int = 8000  # subword vocabulary size (per side when joint_vocab is false)
+    vocab_size: int = 8000  # ids, specials included, per side when joint_vocab is false: bpe/unigram learn this
+    #                         many pieces; char/word keep the most frequent vocab_size - 4 pieces (the rest -> UNK)
     joint_vocab: bool = True  # one tokenizer for source and target
     character_coverage: float = 1.0  # sentencepiece: 0.9995 suits Chinese/Japanese
     byte_fallback: bool = True  # sentencepiece: spell characters outside the vocabulary as UTF-8 bytes (no UNK)
@@ -269,6 +270,23 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def __post_init__(self) -> None:
+        """Checks across sections: each one-line error names both options."""
+        m, d = self.model, self.data
+        lm_family = m.family in ("lm", "rnn_lm")
+        if lm_family and d.task != "lm":
+            raise ConfigError(f"model.family={m.family} is a language model but data.task={d.task}; set "
+                              "data.task=lm, or use model.family=transformer or rnn for translation")
+        if not lm_family and d.task == "lm":
+            raise ConfigError(f"data.task=lm needs a language model, but model.family={m.family}; set "
+                              "model.family=lm or rnn_lm")
+        if m.positional == "learned" and m.family in ("transformer", "lm"):
+            longest = max(d.context, d.eval_context) if d.task == "lm" else d.max_len + 1  # + BOS
+            what = "data.context / data.eval_context" if d.task == "lm" else "data.max_len + 1 (BOS)"
+            if m.max_len < longest:
+                raise ConfigError(f"model.max_len={m.max_len} learned positions cannot cover {what} = {longest} "
+                                  f"tokens; raise model.max_len to at least {longest}")
 
 
 def load_config(path, overrides: list[str] | None = None) -> RunConfig:

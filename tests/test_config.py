@@ -83,3 +83,17 @@ def test_every_shipped_config_loads():
     for path in configs:
         cfg = load_config(path)
         assert isinstance(cfg, RunConfig), path
+
+
+def test_cross_section_checks_name_both_options():
+    with pytest.raises(ConfigError, match="model.family=lm is a language model but data.task=translation"):
+        from_dict(RunConfig, {"model": {"family": "lm"}})
+    with pytest.raises(ConfigError, match="data.task=lm needs a language model, but model.family=transformer"):
+        from_dict(RunConfig, {"data": {"task": "lm"}})
+    with pytest.raises(ConfigError, match=r"model.max_len=64 learned positions cannot cover data.max_len \+ 1"):
+        from_dict(RunConfig, {"model": {"positional": "learned", "max_len": 64}, "data": {"max_len": 64}})
+    with pytest.raises(ConfigError, match="cannot cover data.context / data.eval_context = 512"):
+        from_dict(RunConfig, {"model": {"family": "lm", "positional": "learned", "max_len": 256},
+                              "data": {"task": "lm", "context": 256, "eval_context": 512}})
+    from_dict(RunConfig, {"model": {"positional": "learned", "max_len": 65}, "data": {"max_len": 64}})
+    from_dict(RunConfig, {"model": {"family": "rnn_lm"}, "data": {"task": "lm"}})

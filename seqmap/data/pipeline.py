@@ -124,8 +124,8 @@ def tokenizers_for(cfg: DataConfig, src_texts: list[str], tgt_texts: list[str],
     directory = run_dir / "tokenizer"
     if (directory / "tokenizer.json").exists() or (directory / "src" / "tokenizer.json").exists():
         return load_pair(directory)
-    vocab = None if cfg.tokenizer in ("char", "word") else cfg.vocab_size
-    src, tgt = train_pair(cfg.tokenizer, src_texts, tgt_texts, vocab, joint=cfg.joint_vocab,
+    # bpe/unigram learn about vocab_size pieces; char/word keep the vocab_size - 4 most frequent (the rest is UNK)
+    src, tgt = train_pair(cfg.tokenizer, src_texts, tgt_texts, cfg.vocab_size, joint=cfg.joint_vocab,
                           normalizer=normalizer_for(cfg), **_tokenizer_options(cfg))
     save_pair(src, tgt, directory)
     log(f"tokenizer: {cfg.tokenizer}, {'joint' if src is tgt else 'separate'} vocabulary "

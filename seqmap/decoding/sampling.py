@@ -16,11 +16,13 @@ from seqmap.decoding.greedy import GreedyResult, decode_loop
 
 
 def top_k_filter(log_probs: Tensor, k: int) -> Tensor:
-    """Keep the k most likely tokens of each row (k <= 0 keeps all)."""
+    """Keep exactly the k most likely tokens of each row (k <= 0 keeps all); among ties, the lower ids."""
     if k <= 0 or k >= log_probs.size(-1):
         return log_probs
-    kth = log_probs.topk(k, dim=-1).values[..., -1:]  # (B, 1)
-    return log_probs.masked_fill(log_probs < kth, float("-inf"))
+    # a stable descending sort ranks equal values by id, so a tie at the k-th place cannot keep more than k
+    kept = log_probs.sort(dim=-1, descending=True, stable=True).indices[..., :k]  # (B, k)
+    drop = torch.ones_like(log_probs, dtype=torch.bool).scatter(-1, kept, False)
+    return log_probs.masked_fill(drop, float("-inf"))
 
 
 def top_p_filter(log_probs: Tensor, p: float) -> Tensor:

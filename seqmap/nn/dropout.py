@@ -52,7 +52,9 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         raise ValueError(f"dropout probability must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or p == 1.0 or not x.is_floating_point() or round(p * LEVELS) == 0:
+    # p that rounds to 0 or to 1 on the 1/65536 grid (e.g. 0.99999) goes to torch's dropout: the rounded keep
+    # probability would be 0 there and its inverse undefined
+    if x.device.type != "cpu" or not x.is_floating_point() or round(p * LEVELS) in (0, LEVELS):
         return F.dropout(x, p, True)
     return _MaskedScale.apply(x, p)
 

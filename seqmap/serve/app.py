@@ -152,14 +152,57 @@ def _run_batch(engine: Engine):
 
 # -- errors ---------------------------------------------------------------------------------------
 
+class BodyLimit:
+    """ASGI middleware: a body over ``max_bytes`` gets 413, counted on the bytes as they arrive.
+
+    A Content-Length over the limit is refused before anything is read; a body without one
+    (chunked transfer encoding) is read up to the limit and refused as soon as it passes it,
+    so no route ever holds more than ``max_bytes`` of one request. The route then reads the
+    body that was held here.
+    """
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length", b"").decode("latin-1")
+        if length.isdigit() and int(length) > self.max_bytes:
+            return await self._refuse(f"the request body has {length} bytes", scope, receive, send)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away: nothing to answer
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.max_bytes:
+                return await self._refuse(f"the request body passed {self.max_bytes} bytes", scope, receive, send)
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        held = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        async def replay():
+            nonlocal held
+            if held is not None:
+                message, held = held, None
+                return message
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, what: str, scope, receive, send) -> None:
+        response = _error(413, f"{what}; at most {self.max_bytes}", None)
+        response.headers["connection"] = "close"  # the rest of the body is not read
+        await response(scope, receive, send)
+
+
 def _add_error_handlers(app: FastAPI, limits: Limits) -> None:
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):
-        """Refuse an oversized body before reading it (413), whatever the route."""
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > limits.max_body_bytes:
-            return _error(413, f"the request body has {length} bytes; at most {limits.max_body_bytes}", None)
-        return await call_next(request)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
 
     @app.exception_handler(RequestError)
     async def request_error(request: Request, error: RequestError) -> JSONResponse:

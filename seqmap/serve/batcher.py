@@ -101,20 +101,39 @@ class Batcher:
         self._held: deque[_Pending] = deque()  # taken from the inbox, waiting for a batch of their key
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # guards stats while /health reads them
+        self._life = threading.Lock()  # makes start() and stop() one at a time
+        self._signalled = False  # the end marker for the current worker is in the inbox
 
     # -- the asyncio side ----------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._thread is None:
+        """Start the worker thread; a no-op while one is alive (there is never a second worker on the model)."""
+        with self._life:
+            if self._thread is not None and self._thread.is_alive():
+                return
             self._thread = threading.Thread(target=self._work, name="seqmap-batcher", daemon=True)
+            self._signalled = False
             self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Finish the batch in progress, then end the worker; requests still waiting get an error."""
-        if self._thread is not None:
-            self._inbox.put(None)
-            self._thread.join(timeout)
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Finish the batch in progress, then end the worker; requests still waiting get an error.
+
+        Returns True once the worker has ended. If it is still inside a batch after ``timeout``
+        seconds, returns False and keeps it: it ends after that batch, and until then ``start()``
+        does not start a second worker beside it.
+        """
+        with self._life:
+            thread = self._thread
+            if thread is None:
+                return True
+            if not self._signalled:  # one end marker per worker: a second would stop the next worker at once
+                self._inbox.put(None)
+                self._signalled = True
+            thread.join(timeout)
+            if thread.is_alive():
+                return False
             self._thread = None
+            return True
 
     async def submit(self, key: Hashable, payload: Any, size: int = 1) -> Any:
         """Queue one request and wait for its result (or its exception)."""

@@ -145,6 +145,11 @@ def check_generate(req: GenerateRequest, limits: Limits) -> None:
 
 
 def _check_chars(text: str, limits: Limits, name: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:  # a lone surrogate such as "\ud800": valid JSON, not text
+        raise RequestError(f"{name} holds {text[err.start]!r} at character {err.start}, a lone UTF-16 surrogate "
+                           "that is not a character; send the text as valid Unicode", name) from None
     if len(text) > limits.max_chars:
         raise RequestError(f"{name} has {len(text)} characters; at most {limits.max_chars} per text "
                            "(split long text into sentences)", name)

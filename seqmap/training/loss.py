@@ -141,8 +141,9 @@ def output_nll(
         raise ValueError("output_nll works in float32; for other dtypes use label_smoothed_nll on the logits")
     real = (target != pad_id).reshape(-1)
     rows = max(1, chunk_elements // output.weight.size(0))
+    # under torch.no_grad() (evaluation) no gradient is wanted, whatever the inputs' requires_grad says
     loss, nll = _OutputNLL.apply(features.reshape(-1, features.size(-1)), output.weight, output.bias,
-                                 target.reshape(-1), real, smoothing, rows)
+                                 target.reshape(-1), real, smoothing, rows, torch.is_grad_enabled())
     return loss, nll, int(real.sum())
 
 
@@ -151,8 +152,8 @@ class _OutputNLL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, real: Tensor,
-                smoothing: float, chunk: int) -> tuple[Tensor, Tensor]:
-        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+                smoothing: float, chunk: int, grad_enabled: bool) -> tuple[Tensor, Tensor]:
+        need_h, need_w, need_b = (need and grad_enabled for need in ctx.needs_input_grad[:3])
         loss_sum, nll_sum = h.new_zeros(()), h.new_zeros(())
         grad_h = torch.empty_like(h) if need_h else None
         grad_w = torch.zeros_like(weight) if need_w else None
@@ -183,4 +184,4 @@ class _OutputNLL(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
         saved = iter(ctx.saved_tensors)
         grads = [next(saved) * grad_loss if need else None for need in ctx.needs]
-        return (*grads, None, None, None, None)
+        return (*grads, None, None, None, None, None)

@@ -202,14 +202,18 @@ class Trainer:
             self.state["epoch"] = epoch
             yield collate_pairs([train[i] for i in indices])
 
+    def _lm_position(self) -> int:
+        """Micro-batches read so far: stored in the checkpoint (a checkpoint from before that: from the step)."""
+        return self.state.get("lm_read", self.state["step"] * self.cfg.train.accum_steps)
+
     def _lm_batches(self):
-        """nanoGPT-style random windows; the generator is seeded by the step, so resuming is exact."""
+        """nanoGPT-style random windows; the generator is seeded by the batch position, so resuming is exact."""
         if self.cfg.train.stateful:
             yield from self._lm_stream_batches()
             return
         t, stream = self.cfg.train, torch.tensor(self.data.train)
         batches_per_epoch = max(1, len(stream) // (t.batch_size * self.cfg.data.context * self.dist.world_size))
-        micro = self.state["step"] * t.accum_steps
+        micro = self._lm_position()
         while True:
             g = torch.Generator().manual_seed(t.seed * 1_000_003 + micro * self.dist.world_size + self.dist.rank)
             inputs, targets = lm_random_chunks(stream, self.cfg.data.context, t.batch_size, g)
@@ -217,12 +221,13 @@ class Trainer:
             if t.max_epochs > 0 and self.state["epoch"] >= t.max_epochs:
                 return
             micro += 1
+            self.state["lm_read"] = micro  # batches read, skipped steps' included: where a resumed run reads on
             yield Batch.from_lm_windows(inputs, targets, pad_id=PAD)
 
     def _lm_stream_batches(self):
         """Consecutive windows of B text rows per process (``train.stateful``); the carried state resets each epoch.
 
-        The window follows from the step, so a resumed run reads on where it stopped;
+        The window follows from the batch position, so a resumed run reads on where it stopped;
         its carried state restarts from zero there (the state is not checkpointed).
         """
         t, context, b = self.cfg.train, self.cfg.data.context, self.cfg.train.batch_size
@@ -232,7 +237,7 @@ class Trainer:
         if per_epoch < 1:
             raise TrainingError(f"the training stream is too short for {b * world} rows of data.context={context} "
                                 "tokens; lower train.batch_size or data.context")
-        micro = self.state["step"] * t.accum_steps
+        micro = self._lm_position()
         while True:
             epoch, index = divmod(micro, per_epoch)
             self.state["epoch"] = epoch
@@ -241,6 +246,7 @@ class Trainer:
             if index == 0:
                 self.carry.reset()
             micro += 1
+            self.state["lm_read"] = micro
             yield Batch.from_lm_windows(*lm_stream_window(rows, context, index), pad_id=PAD)
 
     # -- one optimiser step ---------------------------------------------------------------

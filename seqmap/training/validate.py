@@ -2,7 +2,9 @@
 
 Perplexity is exp(sum of NLL / number of target tokens) over the whole set, never
 an average of batch averages. ``loss`` here is that per-token NLL (no label
-smoothing), so it is comparable across runs with different smoothing.
+smoothing), so it is comparable across runs with different smoothing. Validation
+BLEU decodes greedily whatever ``decode.beam_size`` says (cheaper, and it only ranks
+checkpoints); the log line says so when the run's test uses a beam.
 """
 
 from __future__ import annotations
@@ -65,7 +67,10 @@ def validate(model, data, cfg: RunConfig, device, log) -> dict:
         model.train(was_training)
     shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in out.items()
                       if k not in ("bleu_signature", "chrf_signature"))
-    log(f"validation: {shown}")
+    how = ""
+    if "bleu" in out and cfg.decode.beam_size > 1:  # greedy is cheaper; the choice between checkpoints rarely differs
+        how = f" (BLEU by greedy decoding; test and translate use decode.beam_size={cfg.decode.beam_size})"
+    log(f"validation{how}: {shown}")
     return out
 
 

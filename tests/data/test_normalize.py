@@ -102,3 +102,14 @@ def test_sentencepiece_options_reach_the_tokenizer_and_byte_fallback_is_the_defa
     assert UNK_SURFACE in tok2.decode(tok2.encode(unseen))
     assert [p.strip("▁") for p in tok2.tokens("12345") if p != "▁"] == list("12345")  # split_digits
     assert any(len(p.strip("▁")) > 1 for p in tok.tokens("12345"))  # merged without it
+
+
+@pytest.mark.parametrize("kind", ["word", "char"])
+def test_vocab_size_applies_to_counted_vocabularies(kind, tmp_path):
+    texts = ["a a a b b c d e f g", "h i j k"] if kind == "word" else ["aaabbcdefg", "hijk"]
+    tok, _ = tokenizers_for(DataConfig(tokenizer=kind, vocab_size=6), texts, texts, tmp_path, log=lambda _: None)
+    assert tok.vocab_size == 6  # 4 specials + the 2 most frequent pieces
+    if kind == "word":
+        assert tok.encode("a b c") == [4, 5, UNK]
+    else:
+        assert tok.encode("ab") == [4, 5] and tok.encode("c") == [UNK]

@@ -45,3 +45,10 @@ def test_top_k_one_equals_greedy_and_seeds_reproduce():
     b = sample(model, src, mask, bos=1, eos=2, max_len=8, temperature=2.0, generator=torch.Generator().manual_seed(7))
     assert torch.equal(a.tokens, b.tokens)
     assert math.isclose(a.scores.sum().item(), b.scores.sum().item())
+
+
+def test_top_k_keeps_no_more_than_k_when_values_tie():
+    lp = torch.log_softmax(torch.tensor([[1.0, 3.0, 3.0, 3.0, 0.0]]), -1)
+    kept = torch.isfinite(top_k_filter(lp, 2))
+    assert kept.tolist() == [[False, True, True, False, False]]  # ties at the 2nd place: the lower ids
+    assert int(torch.isfinite(top_k_filter(torch.zeros(3, 7), 4)).sum()) == 12

@@ -117,7 +117,7 @@ def test_prefix_forces_the_start_of_every_translation():
         src, mask, max_len = alone(0, source)
         prompt = torch.tensor([[BOS, *TOK.encode(prefix)]])
         best = beam_search(model, src, mask, beam_size=2, bos=BOS, eos=EOS, max_len=max_len, prompt=prompt,
-                           length_penalty=DecodeConfig().length_penalty).hypotheses[0][0]
+                           length_penalty=DecodeConfig().length_penalty, banned=NEVER_GENERATED).hypotheses[0][0]
         assert text == TOK.decode(TOK.encode(prefix) + strip_output(best.tokens))
 
 

@@ -71,3 +71,12 @@ def test_module_follows_train_and_eval_and_the_edge_probabilities():
         Dropout(1.5)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         dropout(x, -0.1)
+
+
+@pytest.mark.parametrize("p", [0.99999, 1.0 - 1e-9, 0.999995])
+def test_drop_probabilities_that_round_to_one_drop_everything_without_dividing_by_zero(p):
+    x = torch.ones(1000, requires_grad=True)
+    y = dropout(x, p)
+    assert torch.isfinite(y).all() and int((y != 0).sum()) <= 5
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all()

@@ -144,6 +144,8 @@ def test_each_limit_is_a_422_naming_the_field(client, body, field, words):
     ('{"text": "a", "beam_size": "wide"}', "beam_size", ["valid integer", "'wide'"]),
     ('{"text": "a", "attention": "maybe"}', "attention", ["valid boolean"]),
     ("", "body", ["body is missing"]),
+    ('{"text": "a \\ud800 b"}', "text", ["lone UTF-16 surrogate", "character 2"]),
+    ('{"text": ["ok", "\\udfff"]}', "text[1]", ["lone UTF-16 surrogate"]),
 ])
 def test_malformed_requests_get_422_naming_the_field(client, content, field, words):
     response = client.post("/translate", content=content, headers={"content-type": "application/json"})
@@ -159,6 +161,21 @@ def test_a_body_without_json_content_type_or_too_large(client):
     assert response.status_code == 422 and "content-type: application/json" in response.json()["detail"]
     response = client.post("/translate", json={"text": "a" * 5000})
     assert response.status_code == 413 and "at most 4000" in response.json()["detail"]
+    assert_still_serving(client)
+
+
+def test_a_chunked_body_is_limited_on_the_bytes_read(client):
+    """No Content-Length (chunked transfer encoding): the limit holds on what arrives, not on a header."""
+    def chunks(n):
+        yield b'{"text": "'
+        for _ in range(n):
+            yield b"a" * 1000
+        yield b'"}'
+
+    response = client.post("/translate", content=chunks(5), headers={"content-type": "application/json"})
+    assert response.status_code == 413 and "passed 4000 bytes" in response.json()["detail"], response.text
+    response = client.post("/translate", content=chunks(1), headers={"content-type": "application/json"})
+    assert response.status_code == 422 and response.json()["field"] == "text"  # under the limit: read and checked
     assert_still_serving(client)
 
 
@@ -226,9 +243,13 @@ def test_generate_attention_rows_are_the_generated_tokens(lm_client, lm_run):
     ({"prompt": "a", "top_k": -1}, "top_k"),
     ({"prompt": "a", "seed": "x"}, "seed"),
     ({"prompt": 3}, "prompt"),
+    ('{"prompt": "to \\ud800"}', "prompt"),  # a lone surrogate: valid JSON, not text
 ])
 def test_generate_limits(lm_client, body, field):
-    response = lm_client.post("/generate", json=body)
+    if isinstance(body, str):
+        response = lm_client.post("/generate", content=body, headers={"content-type": "application/json"})
+    else:
+        response = lm_client.post("/generate", json=body)
     assert response.status_code == 422 and response.json()["field"] == field, response.text
     assert lm_client.post("/generate", json={"prompt": "to", "max_new_tokens": 3}).status_code == 200
 

@@ -148,3 +148,35 @@ def test_batched_generation_equals_generation_alone(lm_run):
     assert health["batching"]["max_batch_requests"] > 1
     assert [r["text"] for r in batched] == [r["text"] for r in alone]
     assert len({r["text"] for r in batched}) > 1  # different seeds, different texts
+
+
+def test_a_stop_that_times_out_keeps_the_worker_and_start_never_runs_a_second_one():
+    release, entered = threading.Event(), threading.Event()
+
+    def slow(key, payloads):
+        entered.set()
+        release.wait(10)
+        return payloads
+
+    batcher = Batcher(slow, max_batch=1, wait_ms=0)
+    batcher.start()
+
+    async def one():
+        return await batcher.submit("k", "x")
+
+    runner = threading.Thread(target=lambda: asyncio.run(one()), daemon=True)
+    runner.start()
+    assert entered.wait(10)
+    assert batcher.stop(timeout=0.05) is False  # still inside its batch
+    batcher.start()
+    workers = [t for t in threading.enumerate() if t.name == "seqmap-batcher"]
+    assert len(workers) == 1, workers
+    release.set()
+    runner.join(10)
+    assert batcher.stop(timeout=10) is True
+    assert not any(t.name == "seqmap-batcher" and t.is_alive() for t in threading.enumerate())
+    batcher.start()  # a new worker after a clean stop serves again
+    try:
+        assert asyncio.run(one()) == "x"
+    finally:
+        batcher.stop()

@@ -202,3 +202,21 @@ def test_output_nll_without_gradients_and_its_errors():
         output_nll(features, output, target, smoothing=1.0)
     with pytest.raises(ValueError, match="label_smoothed_nll on the logits"):
         output_nll(features.double(), output.double(), target)
+
+
+def test_output_nll_makes_no_gradient_under_no_grad(monkeypatch):
+    """Evaluation under torch.no_grad() must not pay for the gradients the training pass makes in forward."""
+    from seqmap.training import loss as loss_module
+
+    calls = []
+    real = loss_module._gradient_in_place
+    monkeypatch.setattr(loss_module, "_gradient_in_place", lambda *a: calls.append(1) or real(*a))
+    features, output, target = output_example()
+    features.requires_grad_(True)
+    with torch.no_grad():
+        output_nll(features, output, target, PAD, 0.1)
+    assert calls == []
+    loss, _, _ = output_nll(features, output, target, PAD, 0.1)
+    assert calls  # with gradients on, it does
+    loss.backward()
+    assert features.grad is not None and torch.isfinite(features.grad).all()

@@ -1,6 +1,7 @@
 """The training loop end to end on a tiny corpus: run directory, exact resume after SIGKILL,
 two processes equal one, NaN steps skipped, and the commands that use a trained run."""
 
+import io
 import json
 import os
 import random
@@ -257,6 +258,9 @@ def test_translate_with_beam_nbest_prefix_and_alignment(trained_run, corpus, tmp
     assert scores == sorted(scores, reverse=True)
     assert main(["translate", str(trained_run), "a b c", "--prefix", "c"]) == 0
     assert capsys.readouterr().out.startswith("c")
+    # sentences may come after options too; each gives one line, and --decode.* still applies
+    assert main(["translate", str(trained_run), "--threads", "1", "a b c", "--decode.beam_size", "2", "d e"]) == 0
+    assert capsys.readouterr().out.count("\n") == 2
     assert main(["translate", str(trained_run), "a b c", "--align"]) == 0
     assert "alignment:" in capsys.readouterr().out
     assert main(["translate", str(trained_run), "a b c", "--nbest", "4"]) == 2  # beam 1 cannot give 4
@@ -325,3 +329,57 @@ def test_stateful_recurrent_lm_trains_over_epochs_and_needs_rnn_lm(tmp_path, cap
     cfg["model"] = {"family": "lm", "d_model": 16, "n_heads": 2, "d_ff": 32, "dec_layers": 1}
     with pytest.raises(TrainingError, match="train.stateful=true .* needs data.task=lm and model.family=rnn_lm"):
         train(from_dict(RunConfig, cfg), tmp_path / "lm2", stream=open(os.devnull, "w"))
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_no_progress_bar_frames_outside_a_terminal(corpus, tmp_path, monkeypatch):
+    """A log file gets one line per train.log_every steps, not thousands of carriage-return frames."""
+    err, out = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    cfg = config(corpus, max_steps=12, log_every=4)
+    cfg["decode"] = {"beam_size": 2}
+    train(from_dict(RunConfig, cfg), tmp_path / "file", stream=out)
+    assert "\r" not in err.getvalue() + out.getvalue()
+    assert "validation (BLEU by greedy decoding; test and translate use decode.beam_size=2)" in out.getvalue()
+    steps = [line.split()[2] for line in out.getvalue().splitlines() if line.split()[1:2] == ["step"]]
+    assert steps == ["1", "4", "8", "12"]
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    train(from_dict(RunConfig, config(corpus, max_steps=12, log_every=4)), tmp_path / "tty", stream=io.StringIO())
+    assert "\r" in terminal.getvalue()  # on a terminal the bar is drawn
+
+
+def test_language_model_resume_after_a_skipped_step_reads_on_from_the_same_batch(tmp_path, monkeypatch):
+    """A skipped (NaN) step still consumed its batch: the checkpoint stores the data position, not the step."""
+    text = "".join(f"line {i} of the text, with {i % 7} words\n" for i in range(300))
+    (tmp_path / "train.txt").write_text(text)
+    (tmp_path / "valid.txt").write_text(text[:400])
+    cfg = {"model": {"family": "lm", "d_model": 16, "n_heads": 2, "d_ff": 32, "dec_layers": 1, "dropout": 0.0},
+           "data": {"task": "lm", "tokenizer": "char", "train": str(tmp_path / "train.txt"),
+                    "valid": str(tmp_path / "valid.txt"), "context": 16},
+           "train": {"max_steps": 10, "batch_size": 4, "lr": 3e-3, "warmup": 2, "valid_every": 5, "log_every": 1}}
+    real = trainer_module.output_nll
+    calls = {"n": 0, "nan_at": 3}
+
+    def nan_once(features, *args, **kwargs):
+        calls["n"] += 1
+        loss, nll, n = real(features, *args, **kwargs)
+        return (loss * float("nan"), nll, n) if calls["n"] == calls["nan_at"] else (loss, nll, n)
+
+    monkeypatch.setattr(trainer_module, "output_nll", nan_once)
+    straight = tmp_path / "straight"
+    assert train(from_dict(RunConfig, cfg), straight, stream=open(os.devnull, "w"))["step"] == 10
+    calls.update(n=0)
+    split = tmp_path / "split"
+    first = dict(cfg, train=dict(cfg["train"], max_steps=5))
+    train(from_dict(RunConfig, first), split, stream=open(os.devnull, "w"))
+    calls.update(nan_at=-1)  # the resumed part has no NaN; the straight run had its only one before step 5
+    train(from_dict(RunConfig, cfg), split, resume=True, stream=open(os.devnull, "w"))
+    expected, got = train_losses(straight), train_losses(split)
+    assert "update skipped" in (split / "train.log").read_text()
+    assert sorted(got) == sorted(expected) == list(range(1, 11))
+    assert got == expected
