@@ -1,4 +1,10 @@
-"""Data: synthetic toy tasks (copy, reverse, sort) as padded batches."""
+"""Data: text in, token ids and batches out.
+
+Tokenizers (``tokenizers.py``, ``sentencepiece_tokenizer.py``) with text normalization
+(``normalize.py``), reading files with clear errors (``corpus.py``), named and bundled corpora
+(``datasets.py``), dictionary pairs (``lexicon.py``), the config-to-ids pipeline (``pipeline.py``),
+batching (``batching.py``), and the synthetic toy tasks re-exported here (``synthetic.py``).
+"""
 
 from seqmap.data.synthetic import BOS, EOS, PAD, TASKS, Batch, SyntheticTask, render, strip
 

@@ -1,1 +1,4 @@
-"""The model families: RNN encoder-decoder, Transformer encoder-decoder, decoder-only LM."""
+"""The model families: Transformer and RNN encoder-decoders, decoder-only Transformer and recurrent LMs.
+
+All built by ``builder.build_model`` and speaking the protocol of ``protocol.py``.
+"""

@@ -1,7 +1,8 @@
 """One builder: a typed ``ModelConfig`` in, a ready model out.
 
-This is the only place that looks at ``cfg.family``; everything downstream
-(training, decoding) speaks the protocol in ``seqmap.models.protocol``.
+This is the only place that chooses modules by ``cfg.family``; downstream code (training,
+decoding) speaks the protocol in ``seqmap.models.protocol`` and reads the family only to check a
+config or to name it in a log.
 """
 
 from __future__ import annotations

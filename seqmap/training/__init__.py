@@ -1,4 +1,7 @@
-"""Training: the toy run on synthetic tasks (full training on your own text comes later)."""
+"""Training: the trainer for configs on real text (``trainer.py``) and the toy run on synthetic tasks (``toy.py``).
+
+Also the loss, schedules, checkpoints and their averaging, distributed setup and the run log.
+"""
 
 from seqmap.training.toy import ToyConfig, ToyRun, train_toy
 
