@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-PAD, BOS, EOS = 0, 1, 2
+from seqmap.data.tokenizers import BOS, EOS, PAD  # the one definition of the reserved ids
+
 SPECIALS_PER_SIDE = 1  # collation adds one token per side of a pair: BOS to tgt_in, EOS to tgt_out
 
 

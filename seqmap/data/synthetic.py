@@ -18,7 +18,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-PAD, BOS, EOS = 0, 1, 2
+from seqmap.data.tokenizers import BOS, EOS, PAD  # the one definition of the reserved ids
+
 N_SPECIALS = 3  # ids below this are specials; symbols start here
 TASKS = ("copy", "reverse", "sort")
 

@@ -95,20 +95,26 @@ def _repeat_kv(x: Tensor, groups: int) -> Tensor:
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
+def masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
+    """Softmax over the last axis of ``scores`` where ``mask`` is True (broadcast); the one used by every attention.
+
+    A row with no allowed key would be softmax([-inf, ...]) = NaN. Such rows see every key
+    (finite softmax, finite gradients) and are then zeroed, so their output is exactly 0.
+    """
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    has_key = mask.any(dim=-1, keepdim=True)
+    scores = scores.masked_fill(~(mask | ~has_key), float("-inf"))
+    return torch.softmax(scores, dim=-1) * has_key
+
+
 def _explicit(q, k, v, mask, bias, dropout_p, scale):
     groups = q.size(1) // k.size(1)
     k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
     scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, T, S)
     if bias is not None:
         scores = scores + bias
-    if mask is not None:
-        # A row with no allowed key would be softmax([-inf, ...]) = NaN. Let such
-        # rows see every key (finite softmax, finite gradients), then zero them.
-        has_key = mask.any(dim=-1, keepdim=True)
-        scores = scores.masked_fill(~(mask | ~has_key), float("-inf"))
-        weights = torch.softmax(scores, dim=-1) * has_key
-    else:
-        weights = torch.softmax(scores, dim=-1)
+    weights = masked_softmax(scores, mask)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     return torch.matmul(dropped, v), weights
 

@@ -31,6 +31,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from seqmap.nn.attention import masked_softmax
+
 
 def attend(scores: Tensor, values: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Mask, softmax over the source and mix the values.
@@ -43,16 +45,9 @@ def attend(scores: Tensor, values: Tensor, mask: Tensor | None = None) -> tuple[
     Returns:
         (context (B, T, Dv), weights (B, T, S)).
     """
-    if mask is None:
-        weights = torch.softmax(scores, dim=-1)
-    else:
-        if mask.dim() == 2:
-            mask = mask[:, None, :]  # (B, 1, S)
-        # A row with no real key would be softmax([-inf, ...]) = NaN. Let such rows
-        # see every key (finite softmax, finite gradients), then zero them.
-        has_key = mask.any(dim=-1, keepdim=True)
-        scores = scores.masked_fill(~(mask | ~has_key), float("-inf"))
-        weights = torch.softmax(scores, dim=-1) * has_key
+    if mask is not None and mask.dim() == 2:
+        mask = mask[:, None, :]  # (B, 1, S)
+    weights = masked_softmax(scores, mask)  # a row with no real key gets zero weights, never NaN
     return torch.matmul(weights, values), weights
 
 
