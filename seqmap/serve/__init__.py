@@ -46,6 +46,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--max-batch", type=int, default=32,
                    help="most sentences decoded together (default 32; 1 = one request at a time)")
+    p.add_argument("--max-waiting", type=int, default=256,
+                   help="most requests waiting for the model; beyond it, 503 with Retry-After (default 256)")
     p.add_argument("--wait-ms", type=float, default=5.0,
                    help="how long a batch waits for more requests after its first (default 5 ms)")
     p.add_argument("--max-chars", type=int, default=1000, help="characters per text (default 1000)")
@@ -82,7 +84,7 @@ def _build(args: argparse.Namespace):
     if overrides:
         raise ServeError(f"seqmap serve takes no config overrides (got {overrides[0]}); decode options "
                          "(beam_size, n_best, ...) are per request")
-    for name in ("max_batch", "max_chars", "max_texts", "max_beam", "max_new_tokens"):
+    for name in ("max_batch", "max_waiting", "max_chars", "max_texts", "max_beam", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise ServeError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.wait_ms < 0:
@@ -112,7 +114,8 @@ def _build(args: argparse.Namespace):
     run = load_run(args.run_dir, args.checkpoint, device)
     limits = Limits(max_chars=args.max_chars, max_texts=args.max_texts, max_beam=args.max_beam,
                     max_new_tokens=args.max_new_tokens)
-    app = create_app(run, limits=limits, max_batch=args.max_batch, wait_ms=args.wait_ms, threads=args.threads)
+    app = create_app(run, limits=limits, max_batch=args.max_batch, wait_ms=args.wait_ms, threads=args.threads,
+                     max_waiting=args.max_waiting)
     settings = (f"{run.cfg.model.family}, checkpoint {run.checkpoint.name}, max batch {args.max_batch}, "
                 f"wait {args.wait_ms:g} ms, {torch.get_num_threads()} threads")
     return app, settings

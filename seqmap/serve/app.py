@@ -20,6 +20,7 @@ stops the server.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import logging
 import time
@@ -36,7 +37,7 @@ from pydantic import BaseModel
 
 import seqmap
 from seqmap.runs import LoadedRun
-from seqmap.serve.batcher import Batcher
+from seqmap.serve.batcher import Batcher, QueueFull
 from seqmap.serve.engine import Engine, GenerateJob, TranslateJob
 from seqmap.serve.schemas import (
     ErrorBody,
@@ -54,12 +55,12 @@ from seqmap.serve.schemas import (
 STATIC_DIR = Path(__file__).parent / "static"
 BODIES: dict[str, type[BaseModel]] = {"/translate": TranslateRequest, "/generate": GenerateRequest}
 UNION_TAGS = {"str": "a string or a list of strings", "list[str]": "a string or a list of strings"}
-ERRORS = {status: {"model": ErrorBody} for status in (409, 413, 422, 500)}
+ERRORS = {status: {"model": ErrorBody} for status in (409, 413, 422, 500, 503)}
 log = logging.getLogger("seqmap.serve")
 
 
 def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int = 32, wait_ms: float = 5.0,
-               threads: int | None = None) -> FastAPI:
+               threads: int | None = None, max_waiting: int = 256) -> FastAPI:
     """A FastAPI app serving ``run``.
 
     Args:
@@ -68,6 +69,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         max_batch: most sentences decoded together; 1 serves one request at a time.
         wait_ms: how long a batch waits for more requests after its first.
         threads: torch CPU threads for the worker thread that runs the model (None: torch's choice).
+        max_waiting: most requests waiting for the model; beyond it, 503 with Retry-After.
     """
     limits = limits or Limits()
     engine = Engine(run, limits)
@@ -76,7 +78,8 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         if threads is not None:
             torch.set_num_threads(threads)
 
-    batcher = Batcher(_run_batch(engine), max_batch=max_batch, wait_ms=wait_ms, on_start=worker_start)
+    batcher = Batcher(_run_batch(engine), max_batch=max_batch, wait_ms=wait_ms, on_start=worker_start,
+                      max_waiting=max_waiting)
     info = {**engine.info(), "limits": limits_dict(limits), "seqmap": seqmap.__version__}
     started = time.time()
 
@@ -108,7 +111,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         return {**info, "batching": {"max_batch": batcher.max_batch, "wait_ms": batcher.wait * 1000.0}}
 
     @app.post("/translate", response_model=TranslateResponse, responses=ERRORS)
-    async def translate(req: TranslateRequest) -> JSONResponse:
+    async def translate(req: TranslateRequest, request: Request) -> JSONResponse:
         """Translate one text or a list; beam search and n-best on request, attention of each best translation."""
         if engine.task != "translation":
             raise RequestError("this server holds a language model; POST /generate with a prompt instead", None, 409)
@@ -117,12 +120,12 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
             raise RequestError("this model has no attention (an RNN with rnn_attention=none); "
                                "send attention=false", "attention", 409)
         batcher.start()  # no-op once running (an ASGI client without lifespan events starts it here)
-        results = await batcher.submit(engine.translate_key(req), TranslateJob(texts, req.attention),
-                                       size=len(texts))
+        results = await _unless_gone(request, batcher.submit(engine.translate_key(req),
+                                                             TranslateJob(texts, req.attention), size=len(texts)))
         return JSONResponse({"translations": results})
 
     @app.post("/generate", response_model=GenerateResponse, responses=ERRORS)
-    async def generate(req: GenerateRequest) -> JSONResponse:
+    async def generate(req: GenerateRequest, request: Request) -> JSONResponse:
         """Continue a prompt with a language model (sampling with a seed, or greedy)."""
         if engine.task != "lm":
             raise RequestError("this server holds a translation model; POST /translate with a text instead",
@@ -132,11 +135,30 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
             raise RequestError("this model returns no attention; send attention=false", "attention", 409)
         ids = engine.prompt_ids(req.prompt)
         batcher.start()
-        result = await batcher.submit(engine.generate_key(req, ids), GenerateJob(req.prompt, ids, req.seed,
-                                                                                 req.attention))
+        result = await _unless_gone(request, batcher.submit(engine.generate_key(req, ids),
+                                                            GenerateJob(req.prompt, ids, req.seed, req.attention)))
         return JSONResponse(result)
 
     return app
+
+
+DISCONNECT_POLL_S = 0.1  # how often a waiting request checks whether its client is still there
+
+
+async def _unless_gone(request: Request, work):
+    """Await ``work``; if the client disconnects first, cancel it (the batcher then drops the request)."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            task.cancel()
+            raise ClientGone()
+
+
+class ClientGone(Exception):
+    """The client went away while its request waited; nobody is left to answer."""
 
 
 def _run_batch(engine: Engine):
@@ -203,6 +225,16 @@ class BodyLimit:
 
 def _add_error_handlers(app: FastAPI, limits: Limits) -> None:
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+
+    @app.exception_handler(QueueFull)
+    async def queue_full(request: Request, error: QueueFull) -> JSONResponse:
+        response = _error(503, str(error), None)
+        response.headers["retry-after"] = str(error.retry_after)
+        return response
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(request: Request, error: ClientGone) -> JSONResponse:
+        return _error(499, "the client closed the connection", None)  # never read: the client is gone
 
     @app.exception_handler(RequestError)
     async def request_error(request: Request, error: RequestError) -> JSONResponse:

@@ -20,6 +20,10 @@ accepting requests (and rejecting bad ones) while a batch decodes.
 
 If a batch raises, each of its requests is retried alone, so one poisonous
 request fails only itself; the worker never dies of an exception.
+
+At most ``max_waiting`` requests wait at a time: ``submit`` beyond that raises
+``QueueFull`` (the server answers 503 with Retry-After). A request whose future was
+cancelled while it waited (its client went away) is dropped before decoding.
 """
 
 from __future__ import annotations
@@ -34,6 +38,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 RunBatch = Callable[[Hashable, list[Any]], Sequence[Any]]  # (key, payloads) -> one result per payload
+
+
+class QueueFull(RuntimeError):
+    """``max_waiting`` requests already wait; try again after ``retry_after`` seconds."""
+
+    def __init__(self, waiting: int, retry_after: int) -> None:
+        super().__init__(f"the server is busy: {waiting} requests are waiting; retry in {retry_after} s")
+        self.retry_after = retry_after
 
 
 @dataclass
@@ -57,6 +69,8 @@ class BatchStats:
     items: int = 0
     failed_batches: int = 0
     failed_requests: int = 0
+    dropped_requests: int = 0  # cancelled while waiting (client gone): never decoded
+    refused_requests: int = 0  # QueueFull
     max_batch_items: int = 0
     max_batch_requests: int = 0
     batch_requests: Counter = field(default_factory=Counter)  # requests per batch -> how many batches
@@ -66,6 +80,7 @@ class BatchStats:
         return {
             "batches": self.batches, "requests": self.requests, "items": self.items,
             "failed_batches": self.failed_batches, "failed_requests": self.failed_requests,
+            "dropped_requests": self.dropped_requests, "refused_requests": self.refused_requests,
             "max_batch_items": self.max_batch_items, "max_batch_requests": self.max_batch_requests,
             "mean_batch_requests": round(self.requests / self.batches, 3) if self.batches else 0.0,
             "batch_requests": {str(k): v for k, v in sorted(self.batch_requests.items())},
@@ -87,9 +102,13 @@ class Batcher:
     """
 
     def __init__(self, run_batch: RunBatch, *, max_batch: int = 32, wait_ms: float = 5.0,
-                 on_start: Callable[[], None] | None = None) -> None:
+                 on_start: Callable[[], None] | None = None, max_waiting: int = 256) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if max_waiting < 1:
+            raise ValueError(f"max_waiting must be >= 1, got {max_waiting}")
+        self.max_waiting = max_waiting
+        self._waiting = 0  # submitted, not yet taken into a batch (guarded by _lock)
         if wait_ms < 0:
             raise ValueError(f"wait_ms must be >= 0, got {wait_ms}")
         self.run_batch = run_batch
@@ -139,6 +158,11 @@ class Batcher:
         """Queue one request and wait for its result (or its exception)."""
         if self._thread is None:
             raise RuntimeError("the batcher is not running; call start() first")
+        with self._lock:
+            if self._waiting >= self.max_waiting:
+                self.stats.refused_requests += 1
+                raise QueueFull(self._waiting, retry_after=max(1, round(self.wait + 1)))
+            self._waiting += 1
         loop = asyncio.get_running_loop()
         pending = _Pending(key, payload, max(size, 1), loop.create_future(), loop)
         self._inbox.put(pending)
@@ -157,7 +181,12 @@ class Batcher:
             batch = self._collect()
             if batch is None:
                 break
-            self._run(batch)
+            live = [p for p in batch if not p.future.done()]  # done while waiting = cancelled: client gone
+            with self._lock:
+                self._waiting -= len(batch)
+                self.stats.dropped_requests += len(batch) - len(live)
+            if live:
+                self._run(live)
         for pending in [*self._held, *self._drain()]:
             _answer(pending, error=RuntimeError("the server is shutting down"))
 

@@ -205,6 +205,20 @@ def test_an_error_inside_decoding_is_a_500_and_the_worker_survives(client, monke
     assert_still_serving(client)
 
 
+def test_a_full_queue_is_a_503_with_retry_after(client, monkeypatch):
+    from seqmap.serve.batcher import QueueFull
+
+    async def full(*args, **kwargs):
+        raise QueueFull(256, retry_after=2)
+
+    monkeypatch.setattr(client.app.state.batcher, "submit", full)
+    response = client.post("/translate", json={"text": "a b"})
+    assert response.status_code == 503 and response.headers["retry-after"] == "2"
+    assert "busy" in response.json()["detail"]
+    monkeypatch.undo()
+    assert_still_serving(client)
+
+
 # -- language models ----------------------------------------------------------------------------
 
 def test_generate_equals_seqmap_generate_with_the_same_seed(lm_client, lm_run):

@@ -180,3 +180,92 @@ def test_a_stop_that_times_out_keeps_the_worker_and_start_never_runs_a_second_on
         assert asyncio.run(one()) == "x"
     finally:
         batcher.stop()
+
+
+def _blocked_batcher(**kwargs):
+    """A batcher whose first batch waits for ``release``; ``calls`` records each batch's payloads."""
+    release, entered, calls = threading.Event(), threading.Event(), []
+
+    def run_batch(key, payloads):
+        calls.append(list(payloads))
+        entered.set()
+        release.wait(10)
+        return payloads
+
+    return Batcher(run_batch, max_batch=1, wait_ms=0, **kwargs), release, entered, calls
+
+
+def test_the_queue_is_bounded_and_refuses_with_a_retry_time():
+    from seqmap.serve.batcher import QueueFull
+
+    batcher, release, entered, _ = _blocked_batcher(max_waiting=2)
+    batcher.start()
+
+    async def scenario():
+        first = asyncio.ensure_future(batcher.submit("k", "a"))
+        await asyncio.get_running_loop().run_in_executor(None, entered.wait, 10)  # "a" is decoding
+        waiting = [asyncio.ensure_future(batcher.submit("k", p)) for p in ("b", "c")]
+        await asyncio.sleep(0)
+        with pytest.raises(QueueFull, match="2 requests are waiting") as refused:
+            await batcher.submit("k", "d")
+        assert refused.value.retry_after >= 1
+        release.set()
+        return await asyncio.gather(first, *waiting)
+
+    try:
+        assert asyncio.run(scenario()) == ["a", "b", "c"]
+    finally:
+        release.set()
+        batcher.stop()
+    assert batcher.stats.refused_requests == 1
+
+
+def test_a_request_cancelled_while_waiting_is_never_decoded():
+    batcher, release, entered, calls = _blocked_batcher()
+    batcher.start()
+
+    async def scenario():
+        first = asyncio.ensure_future(batcher.submit("k", "a"))
+        await asyncio.get_running_loop().run_in_executor(None, entered.wait, 10)
+        gone = asyncio.ensure_future(batcher.submit("k", "gone"))
+        kept = asyncio.ensure_future(batcher.submit("k", "kept"))
+        await asyncio.sleep(0)
+        gone.cancel()  # its client disconnected
+        await asyncio.sleep(0)
+        release.set()
+        return await asyncio.gather(first, kept)
+
+    try:
+        assert asyncio.run(scenario()) == ["a", "kept"]
+    finally:
+        release.set()
+        batcher.stop()
+    assert calls == [["a"], ["kept"]]
+    assert batcher.stats.dropped_requests == 1
+
+
+def test_a_client_that_disconnects_cancels_its_waiting_request():
+    from seqmap.serve.app import ClientGone, _unless_gone
+
+    class GoneAfterFirstPoll:
+        polls = 0
+
+        async def is_disconnected(self):
+            self.polls += 1
+            return self.polls > 1
+
+    async def scenario():
+        forever = asyncio.get_running_loop().create_future()  # a batcher future that would never resolve
+        with pytest.raises(ClientGone):
+            await _unless_gone(GoneAfterFirstPoll(), forever)
+        await asyncio.sleep(0)
+        return forever.cancelled()
+
+    assert asyncio.run(scenario())  # the batcher sees a cancelled future and drops the request
+
+    async def answered():
+        done = asyncio.get_running_loop().create_future()
+        done.set_result("ok")
+        return await _unless_gone(GoneAfterFirstPoll(), done)
+
+    assert asyncio.run(answered()) == "ok"
