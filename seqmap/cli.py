@@ -23,10 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 import seqmap
-from seqmap.config import ConfigError, apply_overrides
+from seqmap.config import ConfigError, apply_overrides, load_config, read_yaml
 
 USAGE_ERROR = 2
 
@@ -35,35 +33,10 @@ class UserError(Exception):
     """A mistake the user can fix; printed as one line, exit status 2."""
 
 
-def read_config(path: str, overrides: list[str]) -> dict:
-    """A YAML config file as a dict, with dotted ``overrides`` applied."""
-    file = Path(path)
-    if not file.is_file():
-        raise UserError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as e:
-        raise UserError(f"cannot parse {path} as YAML: {_yaml_problem(e)}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path} must hold a mapping of sections (model:, toy:, ...), not a {type(data).__name__}")
-    return apply_overrides(data, overrides)
-
-
-def _yaml_problem(error: yaml.YAMLError) -> str:
-    """One line from a YAML error: what is wrong and where."""
-    problem = getattr(error, "problem", None)
-    mark = getattr(error, "problem_mark", None)
-    if problem and mark is not None:
-        return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
-    return " ".join(str(error).split())
-
-
 def cmd_toy(args: argparse.Namespace) -> int:
     from seqmap.training.toy import ToyRun, train_toy
 
-    run = ToyRun.from_dict(read_config(args.config, args.overrides))
+    run = ToyRun.from_dict(read_yaml(args.config, args.overrides))
     torch_threads = _threads(args.threads)
     start = time.perf_counter()
     metrics = train_toy(run.model, run.toy, log=print)
@@ -88,7 +61,6 @@ def cmd_toy(args: argparse.Namespace) -> int:
 # -- train / resume -----------------------------------------------------------------------
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from seqmap.config import RunConfig, from_dict
     from seqmap.training.trainer import train
 
     _threads(args.threads)
@@ -98,11 +70,11 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise UserError("give either CONFIG or --resume RUN_DIR (a resumed run reads RUN_DIR/config.yaml)")
         if not (run_dir / "config.yaml").is_file():
             raise UserError(f"--resume {run_dir}: no config.yaml there; is it a run directory?")
-        cfg = from_dict(RunConfig, read_config(str(run_dir / "config.yaml"), args.overrides))
+        cfg = load_config(run_dir / "config.yaml", args.overrides)
     else:
         if args.config is None:
             raise UserError("give a CONFIG file to train, or --resume RUN_DIR to continue a run")
-        cfg = from_dict(RunConfig, read_config(args.config, args.overrides))
+        cfg = load_config(args.config, args.overrides)
         run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / Path(args.config).stem
     result = train(cfg, run_dir, resume=bool(args.resume))
     test = result.get("test")

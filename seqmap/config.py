@@ -289,16 +289,37 @@ class RunConfig:
                                   f"tokens; raise model.max_len to at least {longest}")
 
 
-def load_config(path, overrides: list[str] | None = None) -> RunConfig:
-    """Read a YAML run config, apply dotted overrides, and type-check everything."""
+def read_yaml(path, overrides: list[str] | None = None) -> dict:
+    """A YAML config file as a dict of sections, with dotted ``overrides`` applied (not yet type-checked).
+
+    The one reader of config files: ``load_config`` builds a ``RunConfig`` from it, the toy runner its own.
+    """
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {e}") from None
-    return from_dict(RunConfig, apply_overrides(data, overrides or []))
+        raise ConfigError(f"cannot parse {path} as YAML: {_yaml_problem(e)}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of sections (model:, data:, ...), not a {type(data).__name__}")
+    return apply_overrides(data, overrides or [])
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """One line from a YAML error: what is wrong and where."""
+    problem = getattr(error, "problem", None)
+    mark = getattr(error, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(error).split())
+
+
+def load_config(path, overrides: list[str] | None = None) -> RunConfig:
+    """Read a YAML run config, apply dotted overrides, and type-check everything."""
+    return from_dict(RunConfig, read_yaml(path, overrides))
 
 
 def save_config(cfg, path) -> None:

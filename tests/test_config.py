@@ -71,8 +71,11 @@ def test_missing_and_broken_config_files(tmp_path):
         load_config(tmp_path / "nope.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: [unclosed\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(ConfigError, match=r"cannot parse .*bad.yaml as YAML: .*\(line \d+, column \d+\)"):
         load_config(bad)
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="must hold a mapping of sections"):
+        load_config(tmp_path / "list.yaml")
 
 
 def test_every_shipped_config_loads():

@@ -54,6 +54,9 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--max-texts", type=int, default=32, help="texts per /translate request (default 32)")
     p.add_argument("--max-beam", type=int, default=8, help="largest beam size a request may ask for (default 8)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="most tokens per /generate request (default 256)")
+    p.add_argument("--max-attention", type=int, default=2_000_000,
+                   help="most attention weights one answer may carry, by an upper bound checked before decoding "
+                        "(default 2,000,000; beyond it 422 naming the field attention)")
     p.set_defaults(handler=main)
     return p
 
@@ -84,7 +87,7 @@ def _build(args: argparse.Namespace):
     if overrides:
         raise ServeError(f"seqmap serve takes no config overrides (got {overrides[0]}); decode options "
                          "(beam_size, n_best, ...) are per request")
-    for name in ("max_batch", "max_waiting", "max_chars", "max_texts", "max_beam", "max_new_tokens"):
+    for name in ("max_batch", "max_waiting", "max_chars", "max_texts", "max_beam", "max_new_tokens", "max_attention"):
         if getattr(args, name) < 1:
             raise ServeError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.wait_ms < 0:
@@ -113,7 +116,7 @@ def _build(args: argparse.Namespace):
         raise ServeError(f"--device {args.device!r} is not a device; use cpu, cuda or cuda:N") from None
     run = load_run(args.run_dir, args.checkpoint, device)
     limits = Limits(max_chars=args.max_chars, max_texts=args.max_texts, max_beam=args.max_beam,
-                    max_new_tokens=args.max_new_tokens)
+                    max_new_tokens=args.max_new_tokens, max_attention_weights=args.max_attention)
     app = create_app(run, limits=limits, max_batch=args.max_batch, wait_ms=args.wait_ms, threads=args.threads,
                      max_waiting=args.max_waiting)
     settings = (f"{run.cfg.model.family}, checkpoint {run.checkpoint.name}, max batch {args.max_batch}, "

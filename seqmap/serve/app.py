@@ -119,6 +119,8 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         if req.attention and not engine.has_attention:
             raise RequestError("this model has no attention (an RNN with rnn_attention=none); "
                                "send attention=false", "attention", 409)
+        if req.attention:
+            engine.check_attention_size(texts)
         batcher.start()  # no-op once running (an ASGI client without lifespan events starts it here)
         results = await _unless_gone(request, batcher.submit(engine.translate_key(req),
                                                              TranslateJob(texts, req.attention), size=len(texts)))
@@ -134,9 +136,12 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         if req.attention and not engine.has_attention:
             raise RequestError("this model returns no attention; send attention=false", "attention", 409)
         ids = engine.prompt_ids(req.prompt)
+        key = engine.generate_key(req, ids)
+        if req.attention:
+            engine.check_generate_attention_size(len(ids), key[2])  # key[2]: the new tokens at most
         batcher.start()
-        result = await _unless_gone(request, batcher.submit(engine.generate_key(req, ids),
-                                                            GenerateJob(req.prompt, ids, req.seed, req.attention)))
+        result = await _unless_gone(request, batcher.submit(key, GenerateJob(req.prompt, ids, req.seed,
+                                                                             req.attention)))
         return JSONResponse(result)
 
     return app

@@ -38,7 +38,7 @@ from seqmap.decoding.greedy import decode_loop, pick_best
 from seqmap.decoding.sampling import top_k_filter, top_p_filter
 from seqmap.decoding.text import lm_prompt, resolve_config, strip_output, translate_nbest
 from seqmap.runs import LoadedRun
-from seqmap.serve.schemas import GenerateRequest, Limits, TranslateRequest
+from seqmap.serve.schemas import GenerateRequest, Limits, RequestError, TranslateRequest
 
 DECIMALS = 4  # attention weights are rounded for the JSON (a 1e-4 difference is invisible in a heatmap)
 
@@ -90,12 +90,35 @@ class Engine:
         self.task = "lm" if run.src_tok is None else "translation"
         self.decode: DecodeConfig = run.cfg.decode
         self.has_attention = self._probe_attention()
+        self.attention_shape = self._attention_shape()
 
     @torch.no_grad()
     def _probe_attention(self) -> bool:
         """Whether forced decoding returns attention (an RNN with rnn_attention=none does not)."""
         src = None if self.task == "lm" else [EOS]
         return forced_attention(self.run.model, src, [EOS], device=self.run.device) is not None
+
+    def attention_bound(self, source_lengths: list[int], output_lengths: list[int]) -> int:
+        """Most attention weights an answer can carry: per text layers x heads x (outputs + 1) x keys."""
+        shape = self.attention_shape
+        return sum(shape["layers"] * shape["heads"] * (out + 1) * max(src, 1)
+                   for src, out in zip(source_lengths, output_lengths))
+
+    def check_attention_size(self, texts: list[str]) -> None:
+        """Refuse (422, field ``attention``) a /translate request whose attention could pass the limit."""
+        d = self.decode
+        sources = [max(len(self.run.src_tok.encode(t)), 1) for t in texts]
+        bound = self.attention_bound(sources, [int(d.max_len_a * s + d.max_len_b) for s in sources])
+        self._refuse_over(bound, "send fewer or shorter texts, or attention=false")
+
+    def check_generate_attention_size(self, prompt_len: int, max_new: int) -> None:
+        total = prompt_len + max_new
+        self._refuse_over(self.attention_bound([total], [total]), "lower max_new_tokens, or send attention=false")
+
+    def _refuse_over(self, bound: int, fix: str) -> None:
+        if bound > self.limits.max_attention_weights:
+            raise RequestError(f"attention for this request could hold up to {bound:,} weights; this server "
+                               f"sends at most {self.limits.max_attention_weights:,} per answer: {fix}", "attention")
 
     # -- translation -----------------------------------------------------------------------------
 
@@ -218,7 +241,7 @@ class Engine:
             "step": _checkpoint_step(run.checkpoint),
             "parameters": sum(p.numel() for p in run.model.parameters()),
             "sizes": sizes,
-            "attention": self._attention_shape(),
+            "attention": self.attention_shape,
             "vocabulary": {"tokenizer": run.tgt_tok.kind,
                            "source": None if run.src_tok is None else run.src_tok.vocab_size,
                            "target": run.tgt_tok.vocab_size,

@@ -30,6 +30,7 @@ class Limits:
     max_beam: int = 8  # beam size
     max_new_tokens: int = 256  # tokens per /generate request
     max_body_bytes: int = 1_000_000  # request body size (checked before parsing: 413 beyond it)
+    max_attention_weights: int = 2_000_000  # attention numbers one answer may carry (an upper bound, checked first)
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():

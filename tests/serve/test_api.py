@@ -342,3 +342,24 @@ def test_a_recurrent_lm_generates_and_says_it_has_no_attention(tmp_path):
         expected = generate_texts(run.model, tok, ["to"], resolve_config(run.cfg.decode, {"max_new_tokens": 5}),
                                   sample=False)
         assert out["text"] == expected[0]
+
+
+def test_attention_beyond_the_size_limit_is_a_422_before_decoding(translation_run, lm_run):
+    limits = Limits(max_chars=40, max_texts=4, max_beam=4, max_new_tokens=30, max_attention_weights=300)
+    with TestClient(create_app(translation_run, limits=limits, max_batch=8, wait_ms=2)) as tc:
+        shape = tc.get("/info").json()["attention"]
+        one = shape["layers"] * shape["heads"] * (4 + 5 + 1) * 4  # 4 source words: at most 1.0 * 4 + 5 outputs
+        assert one <= 300 < 4 * one
+        ok = tc.post("/translate", json={"text": "a b c d", "attention": True})
+        assert ok.status_code == 200 and ok.json()["translations"][0]["attention"] is not None
+        batches = tc.get("/health").json()["batching"]["batches"]
+        response = tc.post("/translate", json={"text": ["a b c d"] * 4, "attention": True})
+        assert response.status_code == 422 and response.json()["field"] == "attention", response.text
+        detail = response.json()["detail"]
+        assert f"up to {4 * one:,} weights" in detail and "attention=false" in detail
+        assert tc.get("/health").json()["batching"]["batches"] == batches  # refused before any decoding
+        assert tc.post("/translate", json={"text": ["a b c d"] * 4}).status_code == 200  # without attention: fine
+    with TestClient(create_app(lm_run, limits=limits, max_batch=8, wait_ms=2)) as tc:
+        response = tc.post("/generate", json={"prompt": "to be", "max_new_tokens": 30, "attention": True})
+        assert response.status_code == 422 and response.json()["field"] == "attention"
+        assert "lower max_new_tokens" in response.json()["detail"]
