@@ -40,13 +40,13 @@ class TextSplits(NamedTuple):
     valid: str
 
 
-def _bundled_bytes(filename: str) -> bytes:
+def bundled_bytes(filename: str) -> bytes:
     """Content of a file shipped in ``seqmap/data/bundled/`` (gunzipped when it is gzip)."""
     raw = resources.files("seqmap.data").joinpath("bundled").joinpath(filename).read_bytes()
     return gzip.decompress(raw) if raw[:2] == GZIP_MAGIC else raw
 
 
-def _parse_tatoeba(text: str) -> list[tuple[str, str, str]]:
+def parse_tatoeba(text: str) -> list[tuple[str, str, str]]:
     rows = []
     for number, line in enumerate(text.splitlines(), start=1):
         if line:
@@ -64,12 +64,12 @@ def tatoeba_en_zh_rows() -> list[tuple[str, str, str]]:
     any copy you make. No row is dropped: the file holds no exact duplicate pairs, while one English
     sentence may have several Chinese translations (22,773 distinct English sentences).
     """
-    return _parse_tatoeba(_bundled_bytes("tatoeba_cmn_eng.tsv.gz").decode("utf-8"))
+    return parse_tatoeba(bundled_bytes("tatoeba_cmn_eng.tsv.gz").decode("utf-8"))
 
 
 def tatoeba_en_zh_about() -> str:
     """The ``_about.txt`` shipped with the Tatoeba file (date, source, terms of use)."""
-    return _bundled_bytes("tatoeba_cmn_eng.about.txt").decode("utf-8")
+    return bundled_bytes("tatoeba_cmn_eng.about.txt").decode("utf-8")
 
 
 def english_key(sentence: str) -> str:
@@ -108,7 +108,7 @@ def split_by_key(rows: list, keys: list[str], valid_size: int, test_size: int) -
     return splits
 
 
-def _tatoeba_splits(rows: list[tuple[str, str, str]], valid_size: int, test_size: int) -> Splits:
+def tatoeba_row_splits(rows: list[tuple[str, str, str]], valid_size: int, test_size: int) -> Splits:
     return split_by_key(rows, [english_key(en) for en, _, _ in rows], valid_size, test_size)
 
 
@@ -119,7 +119,7 @@ def tatoeba_en_zh_splits(valid_size: int = TATOEBA_VALID_SIZE, test_size: int = 
     so no test sentence is seen in training. With the defaults the sizes are
     train 22,110 / valid 500 / test 1,000 pairs (23,610 in all). See :func:`split_by_key`.
     """
-    splits = _tatoeba_splits(tatoeba_en_zh_rows(), valid_size, test_size)
+    splits = tatoeba_row_splits(tatoeba_en_zh_rows(), valid_size, test_size)
     return Splits(*([(en, zh) for en, zh, _ in part] for part in splits))
 
 
@@ -133,7 +133,7 @@ def split_text(text: str, train_fraction: float = TINYSHAKESPEARE_TRAIN_FRACTION
 
 def tinyshakespeare_text() -> str:
     """The bundled tiny Shakespeare text: 1,115,394 characters, 65 distinct."""
-    return _bundled_bytes("tinyshakespeare.txt.gz").decode("utf-8")
+    return bundled_bytes("tinyshakespeare.txt.gz").decode("utf-8")
 
 
 def tinyshakespeare_splits(train_fraction: float = TINYSHAKESPEARE_TRAIN_FRACTION) -> TextSplits:

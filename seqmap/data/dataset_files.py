@@ -65,7 +65,7 @@ def _content(raw: bytes, where: str) -> bytes:
         raise ChecksumError(f"{where} starts like a gzip file but does not decompress ({err})") from None
 
 
-def _verified(file: SourceFile, raw: bytes, where: str) -> bytes:
+def verified_content(file: SourceFile, raw: bytes, where: str) -> bytes:
     """The content of ``raw`` after checking it against ``file.sha256``."""
     content = _content(raw, where)
     actual = hashlib.sha256(content).hexdigest()
@@ -79,9 +79,9 @@ def read_text(path: str | os.PathLike) -> str:
     return _content(Path(path).read_bytes(), str(path)).decode("utf-8")
 
 
-def _write_file(path: Path, data: bytes) -> None:
+def write_file(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file, so a reader never sees half a file."""
-    tmp = _part_path(path)
+    tmp = part_path(path)
     try:
         tmp.write_bytes(data)
         os.replace(tmp, path)
@@ -89,10 +89,10 @@ def _write_file(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _part_path(path: Path) -> Path:
+def part_path(path: Path) -> Path:
     """A hidden temporary name next to ``path`` (created with the usual permissions, unlike mkstemp's 0600)."""
     return path.with_name(f".{path.name}.{os.getpid()}.part")
 
 
-def _write_lines(path: Path, lines: list[str]) -> None:
-    _write_file(path, "".join(line + "\n" for line in lines).encode("utf-8"))
+def write_lines(path: Path, lines: list[str]) -> None:
+    write_file(path, "".join(line + "\n" for line in lines).encode("utf-8"))

@@ -16,12 +16,12 @@ from seqmap.data.bundled_corpora import (
     TATOEBA_TEST_SIZE,
     TATOEBA_VALID_SIZE,
     Splits,
-    _bundled_bytes,
-    _parse_tatoeba,
-    _tatoeba_splits,
+    bundled_bytes,
+    parse_tatoeba,
     split_text,
+    tatoeba_row_splits,
 )
-from seqmap.data.dataset_files import DatasetError, SourceFile, _write_file, _write_lines
+from seqmap.data.dataset_files import DatasetError, SourceFile, write_file, write_lines
 
 # A writer turns {upstream file name: verified content} into the prepared layout under a directory.
 Writer = Callable[["Dataset", dict[str, bytes], Path], list[str]]
@@ -61,27 +61,28 @@ class Dataset:
 # --------------------------------------------------------------------------------------------------
 
 
-def _write_renamed(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> list[str]:
+def write_renamed(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> list[str]:
     for f in dataset.files:
-        _write_file(dest / f.out, contents[f.name])
+        write_file(dest / f.out, contents[f.name])
     return [f.out for f in dataset.files]
 
 
 def _write_tinyshakespeare(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> list[str]:
     train, valid = split_text(contents["input.txt"].decode("utf-8"))
-    _write_file(dest / "train.txt", train.encode("utf-8"))
-    _write_file(dest / "valid.txt", valid.encode("utf-8"))
+    write_file(dest / "train.txt", train.encode("utf-8"))
+    write_file(dest / "valid.txt", valid.encode("utf-8"))
     return ["train.txt", "valid.txt"]
 
 
 def _write_tatoeba(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> list[str]:
-    rows = _parse_tatoeba(contents["cmn.txt"].decode("utf-8"))
+    rows = parse_tatoeba(contents["cmn.txt"].decode("utf-8"))
     written = []
-    for split, part in zip(Splits._fields, _tatoeba_splits(rows, TATOEBA_VALID_SIZE, TATOEBA_TEST_SIZE), strict=True):
+    parts = tatoeba_row_splits(rows, TATOEBA_VALID_SIZE, TATOEBA_TEST_SIZE)
+    for split, part in zip(Splits._fields, parts, strict=True):
         for column, suffix in enumerate(("en", "zh", "attribution")):
-            _write_lines(dest / f"{split}.{suffix}", [row[column] for row in part])
+            write_lines(dest / f"{split}.{suffix}", [row[column] for row in part])
             written.append(f"{split}.{suffix}")
-    _write_file(dest / "about.txt", _bundled_bytes("tatoeba_cmn_eng.about.txt"))
+    write_file(dest / "about.txt", bundled_bytes("tatoeba_cmn_eng.about.txt"))
     return [*written, "about.txt"]
 
 

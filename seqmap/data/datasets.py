@@ -64,7 +64,7 @@ from seqmap.data.bundled_corpora import (
     TINYSHAKESPEARE_TRAIN_FRACTION,
     Splits,
     TextSplits,
-    _bundled_bytes,
+    bundled_bytes,
     english_key,
     split_by_key,
     split_text,
@@ -81,12 +81,12 @@ from seqmap.data.dataset_files import (
     DownloadError,
     MissingFilesError,
     SourceFile,
-    _part_path,
-    _verified,
-    _write_lines,
+    part_path,
     read_text,
+    verified_content,
+    write_lines,
 )
-from seqmap.data.dataset_registry import DATASETS, Dataset, Writer, _write_renamed, get_dataset, list_datasets
+from seqmap.data.dataset_registry import DATASETS, Dataset, Writer, get_dataset, list_datasets, write_renamed
 
 __all__ = [
     "DATASETS",
@@ -124,7 +124,7 @@ DOWNLOAD_TIMEOUT_S = 60.0  # per blocking network operation, not per file
 
 def _fetch(dataset: Dataset, file: SourceFile, url: str, target: Path) -> None:
     """Stream ``url`` to a temporary file next to ``target``, verify it, then rename it into place."""
-    tmp = _part_path(target)
+    tmp = part_path(target)
     try:
         with open(tmp, "wb") as out:
             try:
@@ -136,7 +136,7 @@ def _fetch(dataset: Dataset, file: SourceFile, url: str, target: Path) -> None:
                 reason = getattr(err, "reason", None) or err
                 raise DownloadError(_network_hint(dataset, url, str(reason))) from None
         try:
-            _verified(file, tmp.read_bytes(), f"{file.name} downloaded from {url}")
+            verified_content(file, tmp.read_bytes(), f"{file.name} downloaded from {url}")
         except ChecksumError as err:
             raise ChecksumError(f"{err}. The downloaded file was deleted; try again, or check the mirror.") from None
         os.replace(tmp, target)
@@ -187,7 +187,7 @@ def download(name: str, dest_dir: str | os.PathLike, *, base_url: str | None = N
         target = source / file.name
         if target.is_file() and not force:
             try:
-                _verified(file, target.read_bytes(), str(target))
+                verified_content(file, target.read_bytes(), str(target))
                 continue  # already here and intact
             except ChecksumError:
                 pass  # stale or broken: fetch again
@@ -230,20 +230,20 @@ def prepare(name: str, source_dir: str | os.PathLike, dest_dir: str | os.PathLik
             f"cannot prepare {name}: {len(missing)} of {len(dataset.files)} files missing from {source}. "
             "Looked for:\n  " + "\n  ".join(missing)
         )
-    contents = {file.name: _verified(file, path.read_bytes(), str(path)) for file, path in found.items()}
+    contents = {file.name: verified_content(file, path.read_bytes(), str(path)) for file, path in found.items()}
     return _write_layout(dataset, contents, Path(dest_dir))
 
 
 def _prepare_from_bundle(dataset: Dataset, dest: Path) -> Path:
-    contents = {file.name: _bundled_bytes(file.bundled) for file in dataset.files}
+    contents = {file.name: bundled_bytes(file.bundled) for file in dataset.files}
     for file in dataset.files:  # guard against a damaged installation
-        _verified(file, contents[file.name], f"bundled {file.bundled}")
+        verified_content(file, contents[file.name], f"bundled {file.bundled}")
     return _write_layout(dataset, contents, dest)
 
 
 def _write_layout(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
-    written = (dataset.writer or _write_renamed)(dataset, contents, dest)
+    written = (dataset.writer or write_renamed)(dataset, contents, dest)
     sources = [f"{dataset.base_url}/{f.path}" if dataset.base_url else f.name for f in dataset.files]
     readme = [
         f"{dataset.name}: {dataset.description}",
@@ -255,5 +255,5 @@ def _write_layout(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> P
         "",
         "Files: " + " ".join(written),
     ]
-    _write_lines(dest / "README.txt", readme)
+    write_lines(dest / "README.txt", readme)
     return dest

@@ -23,7 +23,7 @@ from seqmap.data.tokenizers import (
     UNK_SURFACE,
     Tokenizer,
     TokenizerError,
-    _existing,
+    existing_file,
 )
 
 
@@ -128,7 +128,7 @@ class SentencePieceTokenizer(Tokenizer):
 
     @classmethod
     def _from_files(cls, directory: Path, manifest: dict[str, Any]) -> SentencePieceTokenizer:
-        path = _existing(directory / manifest.get("model_file", cls.MODEL_FILE), directory)
+        path = existing_file(directory / manifest.get("model_file", cls.MODEL_FILE), directory)
         try:
             return cls(path.read_bytes(), manifest["kind"], manifest.get("options"))
         except RuntimeError as err:  # sentencepiece could not parse the file

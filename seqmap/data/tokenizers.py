@@ -218,7 +218,7 @@ class _VocabTokenizer(Tokenizer):
 
     @classmethod
     def _from_files(cls, directory: Path, manifest: dict[str, Any]) -> _VocabTokenizer:
-        path = _existing(directory / manifest.get("vocab_file", cls.VOCAB_FILE), directory)
+        path = existing_file(directory / manifest.get("vocab_file", cls.VOCAB_FILE), directory)
         try:
             pieces = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -381,7 +381,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     return tokenizer
 
 
-def _existing(path: Path, directory: Path) -> Path:
+def existing_file(path: Path, directory: Path) -> Path:
     if not path.is_file():
         raise TokenizerError(f"tokenizer file not found: {path} (named by {directory / MANIFEST})")
     return path

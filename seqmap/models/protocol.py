@@ -31,12 +31,12 @@ from typing import Any, Protocol, runtime_checkable
 from torch import Tensor
 
 
-def _map(fn, value):
+def map_tensors(fn, value):
     """Apply fn to every tensor in a nest of tuples/lists (None passes through)."""
     if value is None:
         return None
     if isinstance(value, (tuple, list)):
-        return type(value)(_map(fn, v) for v in value)
+        return type(value)(map_tensors(fn, v) for v in value)
     return fn(value)
 
 
@@ -59,9 +59,9 @@ class Memory:
     def index_select(self, index: Tensor) -> Memory:
         """Rows ``index`` of the batch (repeat a source per beam, drop finished rows)."""
         return Memory(
-            states=_map(lambda t: t.index_select(0, index), self.states),
-            mask=_map(lambda t: t.index_select(0, index), self.mask),
-            final=_map(lambda t: t.index_select(1, index), self.final),
+            states=map_tensors(lambda t: t.index_select(0, index), self.states),
+            mask=map_tensors(lambda t: t.index_select(0, index), self.mask),
+            final=map_tensors(lambda t: t.index_select(1, index), self.final),
         )
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from seqmap.models.protocol import Memory, _map
+from seqmap.models.protocol import Memory, map_tensors
 from seqmap.nn.dropout import Dropout
 
 
@@ -27,11 +27,11 @@ class RNNLMState:
 
     def reorder(self, index: Tensor, *, same_sources: bool = False) -> None:
         """Keep batch rows ``index`` (B',) in that order; ``same_sources`` changes nothing (no source)."""
-        self.hidden = _map(lambda t: t.index_select(1, index), self.hidden)
+        self.hidden = map_tensors(lambda t: t.index_select(1, index), self.hidden)
 
     def detach_(self) -> None:
         """Cut the graph behind the hidden state (truncated back-propagation through time)."""
-        self.hidden = _map(lambda t: t.detach(), self.hidden)
+        self.hidden = map_tensors(lambda t: t.detach(), self.hidden)
 
 
 RNN_CELLS = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}

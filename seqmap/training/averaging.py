@@ -14,10 +14,10 @@ from seqmap.training.checkpoint_files import (
     MODEL_FILE,
     TOKENIZER_DIR,
     CheckpointError,
-    _checked_dir,
-    _expand,
-    _read_weights,
+    checked_dir,
+    expand_tied,
     read_config,
+    read_weights,
 )
 
 
@@ -26,13 +26,13 @@ def average_checkpoints(paths: Iterable[str | os.PathLike]) -> dict[str, Tensor]
 
     Tied names share one tensor in the result, as in ``load_weights``.
     """
-    dirs = [_checked_dir(p) for p in paths]
+    dirs = [checked_dir(p) for p in paths]
     if not dirs:
         raise ValueError("average_checkpoints needs at least one checkpoint path")
-    layouts = [_read_weights(d, tensors=False) for d in dirs]  # shapes and dtypes only
-    reference = _expand(*layouts[0])
+    layouts = [read_weights(d, tensors=False) for d in dirs]  # shapes and dtypes only
+    reference = expand_tied(*layouts[0])
     for d, layout in zip(dirs[1:], layouts[1:], strict=True):
-        other = _expand(*layout)
+        other = expand_tied(*layout)
         for name in sorted(reference.keys() | other.keys()):
             if name not in other or name not in reference:
                 has, lacks = (dirs[0], d) if name not in other else (d, dirs[0])
@@ -55,7 +55,7 @@ def average_checkpoints(paths: Iterable[str | os.PathLike]) -> dict[str, Tensor]
             for f, names in zip(files[1:], in_file[1:], strict=True):
                 total += f.get_tensor(names[name]).double()
             averaged[name] = (total / len(files)).to(first.dtype)
-    return _expand(averaged, layouts[0][1])
+    return expand_tied(averaged, layouts[0][1])
 
 
 def save_averaged(paths: Iterable[str | os.PathLike], out_dir: str | os.PathLike) -> Path:

@@ -48,15 +48,15 @@ from seqmap.training.checkpoint_files import (
     TRAINER_FILE,
     TRAINER_JSON,
     CheckpointError,
-    _checked_dir,
-    _dump_config,
-    _earlier,
-    _expand,
-    _fsync_dir,
-    _fsync_tree,
-    _read_weights,
-    _write_weights,
+    checked_dir,
+    damaged_advice,
+    dump_config,
+    expand_tied,
+    fsync_dir,
+    fsync_tree,
     read_config,
+    read_weights,
+    write_weights,
 )
 from seqmap.training.checkpoint_manager import INDEX_FILE, CheckpointManager
 
@@ -123,7 +123,7 @@ def _write_atomically(
     tokenizer_dir: str | os.PathLike | None,
 ) -> Path:
     """Write the checkpoint into a hidden sibling, fsync it, then rename it to ``target``."""
-    config_text = _dump_config(config)
+    config_text = dump_config(config)
     if tokenizer_dir is not None and not Path(tokenizer_dir).is_dir():
         raise FileNotFoundError(f"tokenizer_dir {str(tokenizer_dir)!r} is not a directory; pass the folder to copy")
     if target.exists() and not target.is_dir():
@@ -135,16 +135,16 @@ def _write_atomically(
     tmp.mkdir()
     old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
     try:
-        _write_weights(tmp / MODEL_FILE, weights)
+        write_weights(tmp / MODEL_FILE, weights)
         _write_trainer(tmp, trainer, trainer_tensors)
         (tmp / CONFIG_FILE).write_text(config_text, encoding="utf-8")
         if tokenizer_dir is not None:
             shutil.copytree(tokenizer_dir, tmp / TOKENIZER_DIR)
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         if target.exists():  # a directory cannot be renamed onto a non-empty one: move the old aside
             os.replace(target, old)
         os.replace(tmp, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
     except BaseException:
         if old.exists() and not target.exists():
             os.replace(old, target)
@@ -254,7 +254,7 @@ def load_checkpoint(
 
     Raises ``CheckpointError`` naming the file when something is missing, damaged or does not fit.
     """
-    path = _checked_dir(directory)
+    path = checked_dir(directory)
     config = read_config(path)
     trainer = _read_trainer_json(path)
     if model is not None:
@@ -272,22 +272,22 @@ def load_checkpoint(
                 _set_rng_state(_decode(trainer["rng"], tensors))
         except (KeyError, TypeError, ValueError) as err:
             raise CheckpointError(
-                f"{path / TRAINER_JSON} does not match {TRAINER_FILE} ({err}); {_earlier(path)}"
+                f"{path / TRAINER_JSON} does not match {TRAINER_FILE} ({err}); {damaged_advice(path)}"
             ) from err
     return LoadedCheckpoint(path=path, config=config, trainer_state=trainer["trainer_state"])
 
 
 def load_weights(directory: str | os.PathLike) -> dict[str, Tensor]:
     """The weights by name, tied names sharing one tensor (``model.load_state_dict`` accepts them)."""
-    stored, tied = _read_weights(_checked_dir(directory))
-    return _expand(stored, tied)
+    stored, tied = read_weights(checked_dir(directory))
+    return expand_tied(stored, tied)
 
 
 def _read_safetensors(path: Path) -> dict[str, Tensor]:
     try:
         return load_file(str(path))
     except (OSError, SafetensorError, ValueError) as err:
-        raise CheckpointError(f"cannot read {path} ({err}); {_earlier(path.parent)}") from err
+        raise CheckpointError(f"cannot read {path} ({err}); {damaged_advice(path.parent)}") from err
 
 
 def _read_trainer_json(path: Path) -> dict[str, Any]:
@@ -295,9 +295,9 @@ def _read_trainer_json(path: Path) -> dict[str, Any]:
     try:
         trainer = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise CheckpointError(f"cannot read {file} ({err}); {_earlier(path)}") from err
+        raise CheckpointError(f"cannot read {file} ({err}); {damaged_advice(path)}") from err
     if not isinstance(trainer, dict) or not {"trainer_state", "optimizer", "rng"} <= trainer.keys():
-        raise CheckpointError(f"{file} is not a seqmap trainer file; {_earlier(path)}")
+        raise CheckpointError(f"{file} is not a seqmap trainer file; {damaged_advice(path)}")
     if trainer.get("version", 0) > FORMAT_VERSION:
         raise CheckpointError(f"{file} has format version {trainer['version']}; upgrade seqmap to read it")
     return trainer

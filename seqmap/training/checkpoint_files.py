@@ -36,7 +36,7 @@ class CheckpointError(RuntimeError):
 # --- writing ----------------------------------------------------------------------------------
 
 
-def _write_weights(path: Path, state_dict: Mapping[str, Tensor]) -> None:
+def write_weights(path: Path, state_dict: Mapping[str, Tensor]) -> None:
     """Save ``state_dict`` with tied (identical) tensors stored once, the other names recorded."""
     stored: dict[str, Tensor] = {}
     tied: dict[str, str] = {}
@@ -62,7 +62,7 @@ def _storage_key(t: Tensor) -> tuple | None:
     return (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
 
 
-def _dump_config(config: Mapping[str, Any]) -> str:
+def dump_config(config: Mapping[str, Any]) -> str:
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         config = dataclasses.asdict(config)
     if not isinstance(config, Mapping):
@@ -73,15 +73,15 @@ def _dump_config(config: Mapping[str, Any]) -> str:
         raise TypeError(f"config must hold plain data (dict, list, str, int, float, bool, None): {err}") from err
 
 
-def _fsync_tree(root: Path) -> None:
+def fsync_tree(root: Path) -> None:
     for folder, _, files in os.walk(root):
         for name in files:
             with open(os.path.join(folder, name), "rb") as f:
                 os.fsync(f.fileno())
-        _fsync_dir(Path(folder))
+        fsync_dir(Path(folder))
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     if os.name != "posix":  # directories cannot be opened for fsync on Windows
         return
     fd = os.open(path, os.O_RDONLY)
@@ -96,17 +96,17 @@ def _fsync_dir(path: Path) -> None:
 
 def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     """The resolved config saved with the checkpoint."""
-    path = _checked_dir(directory) / CONFIG_FILE
+    path = checked_dir(directory) / CONFIG_FILE
     try:
         config = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise CheckpointError(f"cannot read {path} ({err}); {_earlier(path.parent)}") from err
+        raise CheckpointError(f"cannot read {path} ({err}); {damaged_advice(path.parent)}") from err
     if not isinstance(config, dict):
-        raise CheckpointError(f"{path} does not hold a mapping; {_earlier(path.parent)}")
+        raise CheckpointError(f"{path} does not hold a mapping; {damaged_advice(path.parent)}")
     return config
 
 
-def _checked_dir(directory: str | os.PathLike) -> Path:
+def checked_dir(directory: str | os.PathLike) -> Path:
     path = Path(directory)
     if path.is_dir():
         return path
@@ -117,11 +117,12 @@ def _checked_dir(directory: str | os.PathLike) -> Path:
     raise CheckpointError(msg)
 
 
-def _earlier(path: Path) -> str:
+def damaged_advice(path: Path) -> str:
+    """What to do about a damaged checkpoint at ``path``."""
     return f"the checkpoint is damaged: use an earlier checkpoint in {path.parent}"
 
 
-def _read_weights(path: Path, tensors: bool = True) -> tuple[dict[str, Any], dict[str, str]]:
+def read_weights(path: Path, tensors: bool = True) -> tuple[dict[str, Any], dict[str, str]]:
     """The stored tensors (with ``tensors=False``: their (shape, dtype name) only) and the tie record."""
     file = path / MODEL_FILE
     try:
@@ -132,11 +133,11 @@ def _read_weights(path: Path, tensors: bool = True) -> tuple[dict[str, Any], dic
             else:
                 stored = {k: (tuple(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype()) for k in f.keys()}
     except (OSError, SafetensorError, ValueError) as err:
-        raise CheckpointError(f"cannot read {file} ({err}); {_earlier(path)}") from err
+        raise CheckpointError(f"cannot read {file} ({err}); {damaged_advice(path)}") from err
     if not all(target in stored for target in tied.values()):
-        raise CheckpointError(f"{file} names tied weights it does not hold; {_earlier(path)}")
+        raise CheckpointError(f"{file} names tied weights it does not hold; {damaged_advice(path)}")
     return stored, tied
 
 
-def _expand(stored: Mapping[str, Tensor], tied: Mapping[str, str]) -> dict[str, Tensor]:
+def expand_tied(stored: Mapping[str, Tensor], tied: Mapping[str, str]) -> dict[str, Tensor]:
     return {**stored, **{alias: stored[target] for alias, target in tied.items()}}

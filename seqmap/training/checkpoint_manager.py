@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from seqmap.training.checkpoint_files import CheckpointError, _fsync_dir
+from seqmap.training.checkpoint_files import CheckpointError, fsync_dir
 
 INDEX_FILE = "index.json"
 
@@ -114,4 +114,4 @@ class CheckpointManager:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.dir / INDEX_FILE)
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)

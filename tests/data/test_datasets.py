@@ -80,7 +80,7 @@ def test_bundled_files_match_registry_checksums():
     for dataset in ds.list_datasets():
         for file in dataset.files:
             if file.bundled:
-                assert hashlib.sha256(ds._bundled_bytes(file.bundled)).hexdigest() == file.sha256, file.bundled
+                assert hashlib.sha256(ds.bundled_bytes(file.bundled)).hexdigest() == file.sha256, file.bundled
 
 
 def test_tatoeba_split_sizes_and_disjoint_by_english(tatoeba_splits):
