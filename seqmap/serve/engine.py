@@ -89,14 +89,8 @@ class Engine:
         self.limits = limits or Limits()
         self.task = "lm" if run.src_tok is None else "translation"
         self.decode: DecodeConfig = run.cfg.decode
-        self.has_attention = self._probe_attention()
         self.attention_shape = self._attention_shape()
-
-    @torch.no_grad()
-    def _probe_attention(self) -> bool:
-        """Whether forced decoding returns attention (an RNN with rnn_attention=none does not)."""
-        src = None if self.task == "lm" else [EOS]
-        return forced_attention(self.run.model, src, [EOS], device=self.run.device) is not None
+        self.has_attention = self.attention_shape["available"]
 
     def attention_bound(self, source_lengths: list[int], output_lengths: list[int]) -> int:
         """Most attention weights an answer can carry: per text layers x heads x (outputs + 1) x keys."""
@@ -255,12 +249,14 @@ class Engine:
             "model_config": to_dict(m),
         }
 
+    @torch.no_grad()
     def _attention_shape(self) -> dict[str, Any]:
-        """Layers and heads of the attention the page shows (None when the model has none)."""
-        if not self.has_attention:
-            return {"available": False, "layers": 0, "heads": 0}
+        """Layers and heads of the attention the page shows, probed by forced decoding of one token
+        (an RNN with rnn_attention=none returns none: not available, 0 layers and heads)."""
         src = None if self.task == "lm" else [EOS]
         weights = forced_attention(self.run.model, src, [EOS], device=self.run.device)
+        if weights is None:
+            return {"available": False, "layers": 0, "heads": 0}
         return {"available": True, "layers": weights.size(0), "heads": weights.size(1)}
 
 
