@@ -107,10 +107,10 @@ def decoder_self_attention(model, src_ids: Sequence[int] | None, hyp_ids: Sequen
     """(L, H, T, T) causal self-attention of the decoder over BOS + hypothesis (T = n + 1).
 
     A decoder-only model (``src_ids=None``) returns its self-attention from
-    ``decode_step``. An encoder-decoder model must offer
-    ``model.decoder_self_attention(src, src_mask, tgt) -> (B, L, H, T, T)``; the protocol's
-    ``decode_step`` returns cross-attention only, so without that method this raises
-    ``NoAttentionError``.
+    ``decode_step``. An encoder-decoder model offers
+    ``model.decoder_self_attention(src, src_mask, tgt) -> (B, L, H, T, T)`` (the Transformer
+    does); the protocol's ``decode_step`` returns cross-attention only, so a model without
+    that method (the RNN encoder-decoder, whose decoder is recurrent) raises ``NoAttentionError``.
     """
     if src_ids is None:
         weights = forced_attention(model, None, hyp_ids, bos=bos, device=device)
@@ -120,8 +120,8 @@ def decoder_self_attention(model, src_ids: Sequence[int] | None, hyp_ids: Sequen
     method = getattr(model, "decoder_self_attention", None)
     if not callable(method):
         raise NoAttentionError(
-            f"{type(model).__name__} does not expose its decoder self-attention: decode_step returns "
-            "cross-attention only. Plot the cross-attention or the encoder self-attention instead")
+            f"{type(model).__name__} has no decoder self-attention (its decoder is not a stack of "
+            "self-attention layers); plot the cross-attention or the encoder self-attention instead")
     src, src_mask = _sources(src_ids, device)
     tokens, _ = _inputs(hyp_ids, bos, device)
     return method(src, src_mask, tokens)[0].float().cpu()

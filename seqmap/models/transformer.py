@@ -103,12 +103,15 @@ class TransformerDecoder(nn.Module):
         )
 
     def forward(self, tokens: Tensor, memory: Memory, state: TransformerState | None = None,
-                need_attention: bool = False, features: bool = False) -> tuple[Tensor, Tensor | None]:
+                need_attention: bool = False, features: bool = False,
+                which: str = "cross") -> tuple[Tensor, Tensor | None]:
         """tokens (B, t) -> (logits (B, t, V), cross-attention (B, L, H, t, S) or None).
 
         Without a state (teacher forcing) the whole target is attended causally
         and nothing is cached; with a state, the new tokens extend its caches.
         ``features=True`` stops before the output layer: (B, t, D) instead of logits.
+        ``which="self"``: the attention returned is the decoder's causal self-attention
+        (B, L, H, t, t + cached) instead of the cross-attention.
         """
         offset = 0 if state is None else state.position
         x = self.dropout(self.positional.embed(self.embedding(tokens), offset))
@@ -123,7 +126,7 @@ class TransformerDecoder(nn.Module):
             else:
                 memory_kv, cache = state.memory_kv[i], state.caches[i]
             x, w = layer(x, memory_kv, memory_mask, positional=self.positional, offset=offset, cache=cache,
-                         need_weights=need_attention)
+                         need_weights=need_attention, which=which)
             weights.append(w)
         if state is not None:
             state.position += tokens.size(1)
@@ -147,6 +150,11 @@ class Transformer(nn.Module):
         """Encoder self-attention weights (B, L, H, S, S), for plots."""
         _, weights = self.encoder(src, src_mask, need_weights=True)
         return torch.stack(weights, dim=1)
+
+    def decoder_self_attention(self, src: Tensor, src_mask: Tensor | None, tgt: Tensor) -> Tensor:
+        """Decoder causal self-attention weights (B, L, H, T, T) over the decoder inputs tgt (B, T), for plots."""
+        _, weights = self.decoder(tgt, self.encode(src, src_mask), need_attention=True, which="self")
+        return weights
 
     def decode_step(self, tokens: Tensor, memory: Memory, state: TransformerState | None = None, *,
                     need_attention: bool = False) -> tuple[Tensor, TransformerState, Tensor | None]:

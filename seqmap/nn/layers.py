@@ -128,16 +128,20 @@ class DecoderLayer(_Residual):
 
     def forward(self, x: Tensor, memory_kv: tuple[Tensor, Tensor], memory_mask: Tensor | None, *,
                 positional: PositionalEncoding | None = None, offset: int = 0, cache: KVCache | None = None,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+                need_weights: bool = False, which: str = "cross") -> tuple[Tensor, Tensor | None]:
         """x (B, T, D); memory_kv from ``cross_attn.project_memory``; memory_mask (B, 1, 1, S).
 
-        Returns (x (B, T, D), cross-attention weights (B, H, T, S) or None).
+        Returns (x (B, T, D), weights or None): with ``need_weights``, the cross-attention
+        (B, H, T, S), or with ``which="self"`` the causal self-attention (B, H, T, T + cached).
         """
-        h, _ = self.self_attn.self_attention(
-            self._in(x, self.norm1), causal=True, positional=positional, offset=offset, cache=cache)
+        if which not in ("cross", "self"):
+            raise ValueError(f"which must be 'cross' or 'self', got {which!r}")
+        h, self_weights = self.self_attn.self_attention(
+            self._in(x, self.norm1), causal=True, positional=positional, offset=offset, cache=cache,
+            need_weights=need_weights and which == "self")
         x = self._out(x, h, self.norm1)
-        h, weights = self.cross_attn.cross_attention(
-            self._in(x, self.norm2), memory_kv, memory_mask, need_weights=need_weights)
+        h, cross_weights = self.cross_attn.cross_attention(
+            self._in(x, self.norm2), memory_kv, memory_mask, need_weights=need_weights and which == "cross")
         x = self._out(x, h, self.norm2)
         x = self._out(x, self.ff(self._in(x, self.norm3)), self.norm3)
-        return x, weights
+        return x, (self_weights if which == "self" else cross_weights)

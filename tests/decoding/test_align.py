@@ -139,9 +139,29 @@ def test_transformer_encoder_self_attention():
     torch.testing.assert_close(weights, torch.stack(per_layer, 1)[0])
 
 
+def test_transformer_decoder_self_attention_is_causal_and_equals_incremental_decoding():
+    model = tiny(dec_layers=2)
+    weights = decoder_self_attention(model, SRC, HYP)
+    n = len(HYP) + 1  # BOS + hypothesis
+    assert weights.shape == (2, 2, n, n)  # (L_dec, H, T, T)
+    assert torch.all(weights.triu(diagonal=1) == 0)  # no query looks at a later token
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, n))
+    # the same rows, one cached decoder step at a time, as greedy and beam search run it
+    src = torch.tensor([SRC])
+    memory = model.encode(src, torch.ones_like(src, dtype=torch.bool))
+    state, rows = model.decoder.init_state(memory), []
+    for token in [BOS, *HYP]:
+        _, w = model.decoder(torch.tensor([[token]]), memory, state, need_attention=True, which="self")
+        rows.append(torch.nn.functional.pad(w[0], (0, n - w.size(-1))))  # (L, H, 1, keys so far)
+    torch.testing.assert_close(weights, torch.cat(rows, dim=2), atol=1e-6, rtol=1e-5)
+    # and the cross-attention of the same pass is unchanged by asking for it
+    torch.testing.assert_close(forced_attention(model, SRC, HYP), stepwise_attention(model, SRC, HYP),
+                               atol=1e-6, rtol=1e-5)
+
+
 def test_decoder_self_attention_needs_a_model_method():
-    model = tiny()
-    with pytest.raises(NoAttentionError, match="does not expose its decoder self-attention"):
+    model = tiny("rnn", rnn_attention="bahdanau")  # a recurrent decoder has no self-attention
+    with pytest.raises(NoAttentionError, match="RNNSeq2Seq has no decoder self-attention"):
         decoder_self_attention(model, SRC, HYP)
 
     class Exposing:  # a model offering the proposed method: it is called with BOS + hypothesis

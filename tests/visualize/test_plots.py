@@ -176,8 +176,11 @@ def test_run_encoder_and_decoder_self_attention(tmp_path):
     run = tiny_run(enc_layers=2)
     fig = plot_run_attention(run, "ein kleines Haus .", tmp_path / "enc.png", which="encoder")
     assert len(heatmaps(fig)) == 2 * 2 and heatmaps(fig)[0].images[0].get_array().shape == (4, 4)
-    with pytest.raises(NoAttentionError, match="decoder self-attention"):
-        plot_run_attention(run, "ein Haus", tmp_path / "dec.png", hypothesis="a house", which="decoder")
+    fig = plot_run_attention(run, "ein Haus", tmp_path / "dec.svg", hypothesis="a house", which="decoder")
+    maps = [ax.images[0].get_array() for ax in heatmaps(fig)]
+    assert len(maps) == 2 * 2 and maps[0].shape == (3, 3)  # BOS + "a house": every layer x head, causal
+    assert np.all(np.triu(maps[0], k=1) == 0)
+    assert {"<s>", "a", "house"} <= set(svg_texts(tmp_path / "dec.svg"))
     with pytest.raises(ValueError, match="choose one of cross, encoder, decoder"):
         plot_run_attention(run, "ein Haus", tmp_path / "x.png", which="self")
 
