@@ -1,6 +1,7 @@
 """Data: text in, token ids and batches out.
 
-Tokenizers (``tokenizers.py``, ``sentencepiece_tokenizer.py``) with text normalization
+Tokenizers (``tokenizers.py``; the interface in ``tokenizer_base.py``, BPE/unigram in
+``sentencepiece_tokenizer.py``) with text normalization
 (``normalize.py``), reading files with clear errors (``corpus.py``), named and bundled corpora
 (``datasets.py``), dictionary pairs (``lexicon.py``), the config-to-ids pipeline (``pipeline.py``),
 batching (``batching.py``), and the synthetic toy tasks re-exported here (``synthetic.py``).

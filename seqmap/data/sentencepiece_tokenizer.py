@@ -1,6 +1,6 @@
 """The sentencepiece tokenizer: subwords (BPE or unigram) from a sentencepiece model trained in memory.
 
-``SentencePieceTokenizer`` implements the ``Tokenizer`` interface of ``tokenizers.py`` (same special
+``SentencePieceTokenizer`` implements the ``Tokenizer`` interface of ``tokenizer_base.py`` (same special
 ids and pieces, same ``UNK_SURFACE``); train it through ``train_tokenizer("bpe" | "unigram", ...)``.
 This module also turns sentencepiece's training errors into advice on what to change.
 """
@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import sentencepiece as spm
 
-from seqmap.data.tokenizers import (
+from seqmap.data.tokenizer_base import (
     BOS,
     EOS,
     PAD,

@@ -33,114 +33,45 @@ A tokenizer may carry a ``TextNormalizer`` (``normalize.py``: lowercasing, OpenC
 conversion), saved in its manifest: ``encode`` and ``tokens`` apply it first, so every
 caller (training, translate, serve, plots) reads text the same way.
 
-The ``bpe`` / ``unigram`` tokenizer (``SentencePieceTokenizer``) lives in ``sentencepiece_tokenizer.py``;
-it is imported when a tokenizer of those kinds is first trained or loaded.
+The interface and the reserved ids live in ``tokenizer_base.py`` (re-exported here), the ``bpe`` /
+``unigram`` tokenizer (``SentencePieceTokenizer``) in ``sentencepiece_tokenizer.py``; both build on the
+base, and this module, which chooses between the kinds, imports both.
 """
 
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
 from seqmap.data.normalize import IDENTITY, TextNormalizer
+from seqmap.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from seqmap.data.tokenizer_base import (
+    BOS,
+    EOS,
+    FORMAT_VERSION,
+    MANIFEST,
+    NEVER_GENERATED,
+    PAD,
+    SPECIAL_PIECES,
+    UNK,
+    UNK_SURFACE,
+    Tokenizer,
+    TokenizerError,
+    existing_file,
+)
 
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
-NEVER_GENERATED = (PAD, BOS, UNK)  # ids that decoding of text never emits (banned in greedy, beam and sampling)
-SPECIAL_PIECES = ("<pad>", "<s>", "</s>", "<unk>")  # the pieces of ids 0-3, in order
-UNK_SURFACE = "\u2047"  # "⁇": what UNK decodes to (sentencepiece's own marker)
-MANIFEST = "tokenizer.json"
-FORMAT_VERSION = 1
+__all__ = [
+    "BOS", "EOS", "FORMAT_VERSION", "MANIFEST", "NEVER_GENERATED", "PAD", "SPECIAL_PIECES", "TOKENIZER_KINDS", "UNK",
+    "UNK_SURFACE", "CharTokenizer", "SentencePieceTokenizer", "Tokenizer", "TokenizerError", "WordTokenizer",
+    "existing_file", "load_pair", "load_tokenizer", "save_pair", "train_pair", "train_tokenizer",
+]
+
 TOKENIZER_KINDS = ("char", "word", "bpe", "unigram")
-
-
-class TokenizerError(ValueError):
-    """A tokenizer cannot be trained, loaded or used as asked; the message says what to change."""
-
-
-class Tokenizer(ABC):
-    """Text <-> token ids. Subclasses set ``kind`` and implement the abstract methods."""
-
-    kind: str
-    normalizer: TextNormalizer = IDENTITY  # applied by encode and tokens (set per instance by train_tokenizer)
-
-    @property
-    @abstractmethod
-    def vocab_size(self) -> int:
-        """Number of ids, the four specials included (ids are ``0 .. vocab_size - 1``)."""
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` (normalized first); no BOS or EOS is added."""
-        return self._encode(self.normalizer(text))
-
-    def tokens(self, text: str) -> list[str]:
-        """The pieces of ``text`` (normalized first), one per id of ``encode(text)``."""
-        return self._tokens(self.normalizer(text))
-
-    @abstractmethod
-    def _encode(self, text: str) -> list[int]:
-        """Token ids of already normalized ``text``."""
-
-    @abstractmethod
-    def _tokens(self, text: str) -> list[str]:
-        """Pieces of already normalized ``text`` (unknown pieces keep their surface)."""
-
-    @abstractmethod
-    def decode(self, ids: Iterable[int]) -> str:
-        """Text of ``ids``; PAD, BOS and EOS are skipped wherever they occur, UNK becomes ``UNK_SURFACE``."""
-
-    @abstractmethod
-    def pieces(self, ids: Iterable[int]) -> list[str]:
-        """The vocabulary piece of each id, specials included (labels for attention plots of model output)."""
-
-    @abstractmethod
-    def _write_files(self, directory: Path) -> dict[str, Any]:
-        """Write the tokenizer's own files into ``directory``; return the manifest fields that find them."""
-
-    @classmethod
-    @abstractmethod
-    def _from_files(cls, directory: Path, manifest: dict[str, Any]) -> Tokenizer:
-        """Rebuild a tokenizer from the files that ``_write_files`` wrote."""
-
-    @abstractmethod
-    def _state(self) -> bytes:
-        """Bytes that determine every encoding (hashed by ``fingerprint``)."""
-
-    def save(self, directory: str | Path) -> Path:
-        """Write the tokenizer's files and ``tokenizer.json`` into ``directory`` (created); return the manifest."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        manifest = {
-            "kind": self.kind,
-            "format": FORMAT_VERSION,
-            "vocab_size": self.vocab_size,
-            "specials": dict(zip(SPECIAL_PIECES, (PAD, BOS, EOS, UNK), strict=True)),
-            **self._write_files(directory),
-        }
-        if not self.normalizer.identity:
-            manifest["normalizer"] = self.normalizer.to_dict()
-        path = directory / MANIFEST
-        path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        return path
-
-    def fingerprint(self) -> str:
-        """A hex digest that changes whenever any encoding could change (keys the token cache)."""
-        norm = b"" if self.normalizer.identity else json.dumps(self.normalizer.to_dict(), sort_keys=True).encode()
-        return hashlib.sha256(self.kind.encode() + b"\0" + self._state() + norm).hexdigest()
-
-    def _check_id(self, i: int) -> int:
-        if not 0 <= i < self.vocab_size:
-            raise TokenizerError(f"token id {i} is outside this {self.kind} tokenizer's vocabulary "
-                                 f"(0..{self.vocab_size - 1}); was the model built with a larger vocab_size?")
-        return i
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(kind={self.kind!r}, vocab_size={self.vocab_size})"
 
 
 class _VocabTokenizer(Tokenizer):
@@ -276,9 +207,6 @@ def _tokenizer_class(kind: str) -> Any:
         return CharTokenizer
     if kind == "word":
         return WordTokenizer
-    # imported on use, not at the top: sentencepiece_tokenizer.py builds on this module
-    from seqmap.data.sentencepiece_tokenizer import SentencePieceTokenizer
-
     return SentencePieceTokenizer
 
 
@@ -379,12 +307,6 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     except ValueError as err:
         raise TokenizerError(f"{manifest_path}: {err}") from None
     return tokenizer
-
-
-def existing_file(path: Path, directory: Path) -> Path:
-    if not path.is_file():
-        raise TokenizerError(f"tokenizer file not found: {path} (named by {directory / MANIFEST})")
-    return path
 
 
 def save_pair(src: Tokenizer, tgt: Tokenizer, directory: str | Path) -> None:
