@@ -202,7 +202,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_average(args: argparse.Namespace) -> int:
-    from seqmap.training.checkpoint import save_averaged
+    from seqmap.training.averaging import save_averaged
 
     if len(args.checkpoints) < 2:
         raise UserError("give at least two checkpoint directories to average")

@@ -15,7 +15,8 @@ from torch import nn
 from seqmap.config import ConfigError, RunConfig, from_dict
 from seqmap.data.tokenizers import Tokenizer, load_pair
 from seqmap.models.builder import build_model
-from seqmap.training.checkpoint import MODEL_FILE, TOKENIZER_DIR, CheckpointManager, load_checkpoint, read_config
+from seqmap.training.checkpoint import MODEL_FILE, TOKENIZER_DIR, load_checkpoint, read_config
+from seqmap.training.checkpoint_manager import CheckpointManager
 
 
 class RunError(ValueError):

@@ -10,6 +10,7 @@ from pathlib import Path
 from safetensors import safe_open
 from torch import Tensor
 
+from seqmap.training.checkpoint import write_checkpoint
 from seqmap.training.checkpoint_files import (
     MODEL_FILE,
     TOKENIZER_DIR,
@@ -60,13 +61,10 @@ def average_checkpoints(paths: Iterable[str | os.PathLike]) -> dict[str, Tensor]
 
 def save_averaged(paths: Iterable[str | os.PathLike], out_dir: str | os.PathLike) -> Path:
     """Write the average of ``paths`` as a checkpoint (config and tokenizer of the last one)."""
-    # imported on use, not at the top: checkpoint.py imports this module to re-export save_averaged
-    from seqmap.training.checkpoint import _write_atomically
-
     paths = [Path(p) for p in paths]
     weights = average_checkpoints(paths)
     tokenizer = paths[-1] / TOKENIZER_DIR
     trainer = {"trainer_state": {"averaged_from": [str(p) for p in paths]}, "optimizer": None, "rng": None}
-    return _write_atomically(
+    return write_checkpoint(
         Path(out_dir), weights, trainer, {}, read_config(paths[-1]), tokenizer if tokenizer.is_dir() else None
     )

@@ -14,10 +14,11 @@ directory (``.step-000120.tmp-*``), fsyncs it and renames it into place: a kill 
 the previous checkpoint (or none) under the final name, never a half-written one.
 
 This module saves and loads one checkpoint (``save_checkpoint``, ``load_checkpoint``); the single
-files (names, weights, config, ``CheckpointError``) are in ``checkpoint_files.py``. Rotation
+files (names, weights, config, ``CheckpointError``) are in ``checkpoint_files.py``, and the names
+callers need from there are importable from here too. Two modules build on this one: rotation
 (``CheckpointManager``: ``step-XXXXXX`` directories under ``RUN_DIR/checkpoints`` and
-``index.json``) is in ``checkpoint_manager.py`` and averaging in ``averaging.py``; all of their
-public names are importable from here too.
+``index.json``) in ``checkpoint_manager.py``, and averaging (``average_checkpoints``,
+``save_averaged``) in ``averaging.py``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from seqmap.training.averaging import average_checkpoints, save_averaged
 from seqmap.training.checkpoint_files import (
     CONFIG_FILE,
     FORMAT_VERSION,
@@ -58,25 +58,21 @@ from seqmap.training.checkpoint_files import (
     read_weights,
     write_weights,
 )
-from seqmap.training.checkpoint_manager import INDEX_FILE, CheckpointManager
 
 __all__ = [
     "CONFIG_FILE",
     "FORMAT_VERSION",
-    "INDEX_FILE",
     "MODEL_FILE",
     "TOKENIZER_DIR",
     "TRAINER_FILE",
     "TRAINER_JSON",
     "CheckpointError",
-    "CheckpointManager",
     "LoadedCheckpoint",
-    "average_checkpoints",
     "load_checkpoint",
     "load_weights",
     "read_config",
-    "save_averaged",
     "save_checkpoint",
+    "write_checkpoint",
 ]
 
 
@@ -111,10 +107,10 @@ def save_checkpoint(
     if optimizer is not None:
         trainer["optimizer"] = _encode(optimizer.state_dict(), "optimizer", tensors)
     trainer["rng"] = _encode(_get_rng_state(), "rng", tensors)
-    return _write_atomically(Path(directory), model.state_dict(), trainer, tensors, config, tokenizer_dir)
+    return write_checkpoint(Path(directory), model.state_dict(), trainer, tensors, config, tokenizer_dir)
 
 
-def _write_atomically(
+def write_checkpoint(
     target: Path,
     weights: Mapping[str, Tensor],
     trainer: dict[str, Any],
@@ -122,7 +118,12 @@ def _write_atomically(
     config: Mapping[str, Any],
     tokenizer_dir: str | os.PathLike | None,
 ) -> Path:
-    """Write the checkpoint into a hidden sibling, fsync it, then rename it to ``target``."""
+    """Write a checkpoint of ``weights`` to ``target``: into a hidden sibling, fsynced, then renamed into place.
+
+    ``trainer`` is the ``trainer.json`` payload (``trainer_state``, ``optimizer``, ``rng``) with
+    ``{"__tensor__": name}`` where a tensor of ``trainer_tensors`` goes. ``save_checkpoint`` builds
+    these from a model and optimizer; ``averaging.save_averaged`` from averaged weights.
+    """
     config_text = dump_config(config)
     if tokenizer_dir is not None and not Path(tokenizer_dir).is_dir():
         raise FileNotFoundError(f"tokenizer_dir {str(tokenizer_dir)!r} is not a directory; pass the folder to copy")

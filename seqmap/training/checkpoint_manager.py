@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from seqmap.training.checkpoint import save_checkpoint
 from seqmap.training.checkpoint_files import CheckpointError, fsync_dir
 
 INDEX_FILE = "index.json"
@@ -41,9 +42,6 @@ class CheckpointManager:
 
         ``metric_value`` (None between validations; NaN never counts as best) is the value of ``metric``.
         """
-        # imported on use, not at the top: checkpoint.py imports this module to re-export CheckpointManager
-        from seqmap.training.checkpoint import save_checkpoint
-
         if metric_value is not None and self.metric is None:
             raise ValueError("metric_value given but the manager tracks no metric; pass metric='name' to it")
         index = self._read_index()

@@ -45,7 +45,8 @@ from seqmap.data.tokenizers import PAD
 from seqmap.models.builder import build_model
 from seqmap.training import distributed
 from seqmap.training.carry import CarriedState
-from seqmap.training.checkpoint import CheckpointManager, load_checkpoint
+from seqmap.training.checkpoint import load_checkpoint
+from seqmap.training.checkpoint_manager import CheckpointManager
 from seqmap.training.loss import label_smoothed_nll, output_nll
 from seqmap.training.runlog import RunLog
 from seqmap.training.schedule import make_schedule, set_lr

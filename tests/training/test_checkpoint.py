@@ -12,16 +12,9 @@ from safetensors import safe_open
 from torch import nn
 
 from seqmap.training import checkpoint as ckpt
-from seqmap.training.checkpoint import (
-    CheckpointError,
-    CheckpointManager,
-    average_checkpoints,
-    load_checkpoint,
-    load_weights,
-    read_config,
-    save_averaged,
-    save_checkpoint,
-)
+from seqmap.training.averaging import average_checkpoints, save_averaged
+from seqmap.training.checkpoint import CheckpointError, load_checkpoint, load_weights, read_config, save_checkpoint
+from seqmap.training.checkpoint_manager import CheckpointManager
 
 V, D = 11, 8
 CONFIG = {"model": {"kind": "tiny", "d_model": D, "dropout": 0.1}, "train": {"lr": 1e-2, "clip": None}, "tags": ["a"]}
