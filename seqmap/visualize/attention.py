@@ -34,7 +34,7 @@ from matplotlib.ft2font import FT2Font
 
 from seqmap.data.tokenizers import BOS, EOS
 from seqmap.decoding.align import NoAttentionError, decoder_self_attention, encoder_attention, forced_attention
-from seqmap.visualize import check_format, figure_inches, save_figure
+from seqmap.visualize.figures import check_format, figure_inches, save_figure
 
 DEFAULT_FONT = "DejaVu Sans"  # matplotlib's own font, always installed
 CJK_FONTS = (  # tried in order for characters DEFAULT_FONT lacks

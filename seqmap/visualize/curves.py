@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from seqmap.visualize import check_format, figure_inches, save_figure
+from seqmap.visualize.figures import check_format, figure_inches, save_figure
 
 PANEL_HEIGHT = 2.25  # inches
 WIDTH = 8.0

@@ -21,7 +21,7 @@ import torch
 from matplotlib.figure import Figure
 
 from seqmap.nn.positional import RotaryPositional, sinusoidal_table
-from seqmap.visualize import check_format, figure_inches, save_figure
+from seqmap.visualize.figures import check_format, figure_inches, save_figure
 
 DPI = 120
 CIRCLE_POSITIONS = 12  # positions shown on the circles
