@@ -7,6 +7,7 @@ Tokenizers (``tokenizers.py``; the interface in ``tokenizer_base.py``, BPE/unigr
 batching (``batching.py``), and the synthetic toy tasks re-exported here (``synthetic.py``).
 """
 
-from seqmap.data.synthetic import BOS, EOS, PAD, TASKS, Batch, SyntheticTask, render, strip
+from seqmap.data.batching import Batch
+from seqmap.data.synthetic import BOS, EOS, PAD, TASKS, SyntheticTask, render, strip
 
 __all__ = ["BOS", "EOS", "PAD", "TASKS", "Batch", "SyntheticTask", "render", "strip"]

@@ -6,43 +6,22 @@ backwards (reverse) or in ascending order (sort). The data is a pure function of
 the seed, so a held-out set is simply another seed.
 
 Token ids: ``PAD = 0``, ``BOS = 1``, ``EOS = 2`` are reserved; symbols are
-``3 .. vocab - 1``. Batches are right-padded with ``PAD``; masks follow the
-package convention (True = a real token).
+``3 .. vocab - 1``. Batches are the ``Batch`` of ``batching.py`` that real data
+gives, right-padded with ``PAD``; masks follow the package convention (True = a real token).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
+from seqmap.data.batching import Batch
 from seqmap.data.tokenizers import BOS, EOS, PAD  # the one definition of the reserved ids
 
 N_SPECIALS = 3  # ids below this are specials; symbols start here
 TASKS = ("copy", "reverse", "sort")
-
-
-class Batch(NamedTuple):
-    """One padded batch for teacher forcing.
-
-    Attributes:
-        src: (B, S) source symbols, PAD after each row's length.
-        src_mask: (B, S) True at real source tokens.
-        tgt_in: (B, T) decoder input, ``BOS`` + target, PAD after.
-        tgt_out: (B, T) decoder output, target + ``EOS``, PAD after (ignore PAD in the loss).
-    """
-
-    src: Tensor
-    src_mask: Tensor
-    tgt_in: Tensor
-    tgt_out: Tensor
-
-    @property
-    def tgt_mask(self) -> Tensor:
-        """(B, T) True at real target positions (of ``tgt_out``, EOS included)."""
-        return self.tgt_out != PAD
 
 
 @dataclass(frozen=True)
@@ -103,7 +82,8 @@ class SyntheticTask:
         tgt_out = torch.full((batch_size, width + 1), PAD, dtype=torch.long)
         tgt_out[:, :width] = tgt
         tgt_out[rows, lengths] = EOS
-        return Batch(src, src != PAD, tgt_in, tgt_out)
+        tgt_mask = tgt_out != PAD  # (B, T): target + EOS
+        return Batch(src, src != PAD, tgt_in, tgt_out, tgt_mask, int(tgt_mask.sum()))
 
     def batches(self, n_batches: int, batch_size: int, seed: int) -> list[Batch]:
         """``n_batches`` batches, a pure function of ``seed`` (use another seed for held-out data)."""

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqmap.config import ConfigError, ModelConfig, from_dict
-from seqmap.data.synthetic import BOS, EOS, PAD, TASKS, Batch, SyntheticTask, render, strip
+from seqmap.data.batching import Batch
+from seqmap.data.synthetic import BOS, EOS, PAD, TASKS, SyntheticTask, render, strip
 from seqmap.decoding.greedy import greedy
 from seqmap.training.schedule import cosine, set_lr
 

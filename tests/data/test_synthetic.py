@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from seqmap.data.batching import Batch
 from seqmap.data.synthetic import BOS, EOS, PAD, SyntheticTask, render, strip
 
 
@@ -13,8 +14,9 @@ def test_same_seed_same_data_other_seed_other_data():
     task = SyntheticTask("reverse", vocab=20, min_len=3, max_len=9)
     a, b, c = task.batches(2, 16, seed=7), task.batches(2, 16, seed=7), task.batches(2, 16, seed=8)
     for x, y in zip(a, b, strict=True):
-        for tx, ty in zip(x, y, strict=True):
-            assert torch.equal(tx, ty)
+        for name in ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask"):
+            assert torch.equal(getattr(x, name), getattr(y, name))
+        assert x.n_tokens == y.n_tokens
     assert not torch.equal(a[0].src[:, :3], c[0].src[:, :3])
 
 
@@ -23,6 +25,12 @@ def test_targets_are_the_transformed_sources(name, fn):
     (batch,) = SyntheticTask(name, vocab=12, min_len=1, max_len=10).batches(1, 64, seed=0)
     for src, tgt in _rows(batch):
         assert tgt == list(fn(src))
+
+
+def test_batches_are_the_batches_of_real_data():
+    (batch,) = SyntheticTask("copy", vocab=10, min_len=2, max_len=5).batches(1, 8, seed=0)
+    assert isinstance(batch, Batch) and batch.n_tokens == int(batch.tgt_mask.sum())
+    assert batch.to("cpu").tgt_out is not None  # the trainer moves batches with Batch.to
 
 
 def test_layout_bos_eos_padding_and_masks():
