@@ -4,6 +4,7 @@
     python bench/serve.py --quick                # smoke test: 120 requests, 8 clients
     python bench/serve.py --run-dir runs/en-zh   # a trained run instead of the toy (sentences: --input FILE)
     python bench/serve.py --json out.json        # also write the rows as JSON
+    python bench/serve.py --soak                 # soak: 5,000 requests, 15% of clients hang up mid-request
 
 Each mode starts its own server process (``python -m seqmap.serve RUN --threads T --max-batch B
 --wait-ms W`` on a free 127.0.0.1 port), waits for /health, sends ``--warmup`` requests, then
@@ -13,6 +14,11 @@ the server. Reported: errors (a non-200 answer or a failed
 connection), requests per second over the timed requests, latency p50/p95 (send to full answer), and the
 mean requests per decoded batch read from the server's /health. The answers of the two modes are compared
 sentence by sentence (batching must not change a translation).
+
+``--soak`` times nothing: one batched server gets a mix of valid, invalid and oversized requests and
+clients that hang up mid-request (``soak``), and the script checks that every request was answered
+(no 5xx, none hung) and that the server's threads, file descriptors and waiting requests came back to
+where they were after the warm-up, with bounded RSS growth (read from /proc, so Linux only).
 
 Without --run-dir the script first trains a toy model into a temporary directory: a 2+2-layer
 Transformer (D=64, 4 heads, F=256) that learns to reverse sequences of 3-12 words over 20 letters (300
@@ -130,16 +136,23 @@ class Connection:
         self.writer: asyncio.StreamWriter | None = None
 
     async def post(self, path: str, body: dict) -> tuple[int, dict]:
+        status, answer = await self.request("POST", path, json.dumps(body).encode())
+        return status, json.loads(answer)
+
+    async def request(self, method: str, path: str, data: bytes = b"",
+                      content_type: str = "application/json") -> tuple[int, bytes]:
+        """Send one request, read the whole answer: (status, body). Closes after ``connection: close``."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-        data = json.dumps(body).encode()
-        self.writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        self.writer.write(f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
                           f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
         head = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
         status = int(head[0].split()[1])
-        headers = dict(line.split(":", 1) for line in head[1:] if ":" in line)
-        length = int(next(v for k, v in headers.items() if k.strip().lower() == "content-length"))
-        return status, json.loads(await self.reader.readexactly(length))
+        headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in head[1:] if ":" in line)}
+        answer = await self.reader.readexactly(int(headers["content-length"]))
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return status, answer
 
     def close(self) -> None:
         if self.writer is not None:
@@ -205,25 +218,227 @@ def measure(run_dir: Path, mode: str, max_batch: int, wait_ms: float, args, sent
     return row, answers
 
 
+# -- soak: thousands of requests, some clients hanging up mid-request; the server must come back to rest ------
+
+SOAK_MIX = {  # kind of request -> share of the traffic (the disconnecting kinds take --disconnect-share)
+    "translate": 0.55, "beam": 0.12, "attention": 0.05, "invalid": 0.12, "not_utf8": 0.03, "too_large": 0.03,
+    "health": 0.1,
+}
+HANG_UPS = ("while_waiting", "mid_body", "before_body")  # how a disconnecting client goes away
+
+
+def process_state(pid: int) -> dict:
+    """Resident memory (MiB), threads and open file descriptors of a process, read from /proc (Linux)."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return {"rss_mib": int(fields["VmRSS"].split()[0]) / 1024, "threads": int(fields["Threads"]),
+            "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+async def hang_up(port: int, how: str, sentence: str, rng: random.Random) -> None:
+    """A client that sends (part of) a request on a fresh connection and goes away without reading an answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = json.dumps({"text": sentence, "beam_size": rng.choice([1, 4])}).encode()
+    head = (f"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    if how == "while_waiting":  # the whole request, then gone while it waits or decodes
+        writer.write(head + body)
+        await writer.drain()
+        await asyncio.sleep(rng.uniform(0.0, 0.03))
+    elif how == "mid_body":  # half the body announced by Content-Length
+        writer.write(head + body[: len(body) // 2])
+        await writer.drain()
+        await asyncio.sleep(rng.uniform(0.0, 0.01))
+    else:  # only part of the headers
+        writer.write(head[: len(head) // 2])
+        await writer.drain()
+    if rng.random() < 0.5:
+        writer.transport.abort()  # a reset (RST) instead of an orderly close
+    else:
+        writer.close()
+    try:
+        await writer.wait_closed()
+    except OSError:
+        pass
+
+
+async def soak_traffic(port: int, sentences: list[str], clients: int, disconnect_share: float, timeout: float,
+                       seed: int) -> dict:
+    """Send one request per sentence from ``clients`` concurrent clients, a share of them hanging up midway.
+
+    Outcomes counted: ok (2xx), 4xx, 503 (busy), 5xx (other), hung (no answer within ``timeout``),
+    errors (the connection failed), disconnects (requests abandoned on purpose).
+    """
+    counts = dict.fromkeys(("ok", "4xx", "503", "5xx", "hung", "errors", "disconnects"), 0)
+    kinds, shares = list(SOAK_MIX), list(SOAK_MIX.values())
+    next_index = 0
+
+    async def client(number: int) -> None:
+        nonlocal next_index
+        rng = random.Random(seed * 1000 + number)
+        connection = Connection(port)
+        while next_index < len(sentences):  # bounded: one request per sentence
+            sentence = sentences[next_index]
+            next_index += 1
+            if rng.random() < disconnect_share:
+                try:
+                    await asyncio.wait_for(hang_up(port, rng.choice(HANG_UPS), sentence, rng), timeout)
+                    counts["disconnects"] += 1
+                except (TimeoutError, OSError):
+                    counts["errors"] += 1
+                continue
+            kind = rng.choices(kinds, shares)[0]
+            method, path, data, content_type = soak_request(kind, sentence)
+            try:
+                if kind == "too_large":  # announced, never sent: the server refuses on the header
+                    status = await asyncio.wait_for(too_large(port), timeout)
+                else:
+                    status, _ = await asyncio.wait_for(connection.request(method, path, data, content_type), timeout)
+            except TimeoutError:
+                counts["hung"] += 1
+                connection.close()
+                continue
+            except (OSError, ValueError, KeyError, asyncio.IncompleteReadError):
+                counts["errors"] += 1
+                connection.close()
+                continue
+            outcome = "ok" if status < 300 else "503" if status == 503 else "5xx" if status >= 500 else "4xx"
+            counts[outcome] += 1
+        connection.close()
+
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    return counts
+
+
+async def too_large(port: int) -> int:
+    """Announce a body over the server's default limit (1,000,000 bytes) and read the answer (413) to the headers.
+
+    The body is never sent: a client writing it while the server closes the connection after its 413
+    would see a reset that says nothing about the server.
+    """
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000001\r\n\r\n")
+        return int((await reader.readuntil(b"\r\n")).split()[1])
+    finally:
+        writer.close()
+
+
+def soak_request(kind: str, sentence: str) -> tuple[str, str, bytes, str]:
+    """(method, path, body, content type) of one request of the soak's mix."""
+    if kind == "health":
+        return "GET", "/health", b"", "application/json"
+    body = {"text": sentence, "beam_size": 4 if kind == "beam" else 1, "attention": kind == "attention"}
+    if kind == "invalid":
+        body = {"txt": sentence, "beam_size": "wide"}
+    data = json.dumps(body).encode()
+    if kind == "not_utf8":
+        data = data[:-2] + b'\xff"}'
+    return "POST", "/translate", data, "application/json"
+
+
+def soak(server: Server, sentences: list[str], clients: int, disconnect_share: float, warmup: int,
+         timeout: float = 30.0, settle_s: float = 15.0, seed: int = 0) -> dict:
+    """Warm the server up, read its RSS, threads and file descriptors, send the traffic, let it settle, read again.
+
+    After the traffic the server has ``settle_s`` seconds for its threads, file descriptors and waiting
+    requests to come back to where they were; the row says where they ended.
+    """
+    rng = random.Random(seed)
+    asyncio.run(soak_traffic(server.port, [rng.choice(sentences) for _ in range(warmup)], min(clients, warmup),
+                             disconnect_share, timeout, seed + 1))
+    time.sleep(0.5)
+    before = process_state(server.process.pid)
+    start = time.perf_counter()
+    counts = asyncio.run(soak_traffic(server.port, sentences, clients, disconnect_share, timeout, seed))
+    wall = time.perf_counter() - start
+    deadline = time.monotonic() + settle_s
+    while True:
+        after = process_state(server.process.pid)
+        health = httpx.get(f"{server.url}/health", timeout=timeout).json()
+        rested = (after["threads"] <= before["threads"] and after["fds"] <= before["fds"]
+                  and health["batching"]["waiting"] == 0)
+        if rested or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return {"bench": "soak", "requests": len(sentences), "clients": clients, "disconnect_share": disconnect_share,
+            **counts, "rss_before_mib": round(before["rss_mib"], 1), "rss_after_mib": round(after["rss_mib"], 1),
+            "rss_growth_mib": round(after["rss_mib"] - before["rss_mib"], 1),
+            "threads_before": before["threads"], "threads_after": after["threads"],
+            "fds_before": before["fds"], "fds_after": after["fds"], "waiting_after": health["batching"]["waiting"],
+            "dropped_requests": health["batching"]["dropped_requests"], "health": health["status"],
+            "wall_s": round(wall, 2), "req_s": round(len(sentences) / wall, 1)}
+
+
+def soak_failures(row: dict, max_rss_growth_mib: float) -> list[str]:
+    """What went wrong in a soak row (empty: the server answered everything and came back to rest)."""
+    problems = [f"{row[k]} {k}" for k in ("5xx", "hung", "errors") if row[k]]
+    if row["threads_after"] > row["threads_before"]:
+        problems.append(f"threads {row['threads_before']} -> {row['threads_after']}")
+    if row["fds_after"] > row["fds_before"]:
+        problems.append(f"file descriptors {row['fds_before']} -> {row['fds_after']}")
+    if row["waiting_after"]:
+        problems.append(f"{row['waiting_after']} requests still counted as waiting")
+    if row["rss_growth_mib"] > max_rss_growth_mib:
+        problems.append(f"RSS grew {row['rss_growth_mib']} MiB (> {max_rss_growth_mib})")
+    return problems
+
+
+def run_soak(run_dir: Path, args, sentences: list[str]) -> list[dict]:
+    server = Server(run_dir, args.threads, args.max_batch, args.wait_ms)
+    try:
+        server.wait_ready()
+        row = soak(server, sentences, args.clients, args.disconnect_share, args.warmup, seed=args.seed)
+    finally:
+        server.stop()
+    row.update(max_batch=args.max_batch, wait_ms=args.wait_ms, threads=args.threads, cpu=cpu_name())
+    print(f"\n{'requests':>8} {'clients':>7} {'ok':>6} {'4xx':>6} {'503':>4} {'5xx':>4} {'hung':>4} {'errors':>6} "
+          f"{'disconn':>7} {'RSS MiB before/after':>20} {'threads':>9} {'fds':>9} {'wall s':>7}")
+    r = row
+    print(f"{r['requests']:>8} {r['clients']:>7} {r['ok']:>6} {r['4xx']:>6} {r['503']:>4} {r['5xx']:>4} "
+          f"{r['hung']:>4} {r['errors']:>6} {r['disconnects']:>7} {r['rss_before_mib']:>9.1f} / "
+          f"{r['rss_after_mib']:<8.1f} {r['threads_before']:>4}/{r['threads_after']:<4} "
+          f"{r['fds_before']:>4}/{r['fds_after']:<4} {r['wall_s']:>7.1f}")
+    print(f"disconn = clients that hung up mid-request on purpose; the server dropped {r['dropped_requests']} "
+          f"requests whose client had gone; threads and fds: the server process's, before/after")
+    return [row]
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", type=Path, help="a trained run to serve (default: train the toy model)")
     parser.add_argument("--input", type=Path, help="sentences to send, one per line (default: toy sentences)")
-    parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument("--requests", type=int, default=None, help="requests sent (default 500; --soak: 5000)")
     parser.add_argument("--clients", type=int, default=32, help="concurrent clients")
     parser.add_argument("--max-batch", type=int, default=32, help="the batched mode's max batch (sentences)")
     parser.add_argument("--wait-ms", type=float, default=5.0, help="the batched mode's wait window")
     parser.add_argument("--beam", type=int, default=1, help="beam size of every request (1 = greedy)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the server")
-    parser.add_argument("--warmup", type=int, default=32, help="requests sent before timing")
+    parser.add_argument("--warmup", type=int, default=None, help="requests sent before timing (default 32; "
+                        "--soak: 300, before the server's memory, threads and file descriptors are read)")
     parser.add_argument("--toy-steps", type=int, default=300, help="training steps of the toy model")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="smoke test: 120 requests, 8 clients")
+    parser.add_argument("--quick", action="store_true", help="smoke test: 120 requests, 8 clients "
+                        "(--soak: 300 requests, 16 clients)")
+    parser.add_argument("--soak", action="store_true", help="instead of timing: a soak of one batched server "
+                        "(--requests of a mix of valid, invalid and oversized requests, some clients hanging up "
+                        "mid-request); fails on any 5xx, hung or failed request, or if threads, file descriptors "
+                        "or waiting requests do not come back to where they were, or RSS grows too much")
+    parser.add_argument("--disconnect-share", type=float, default=0.15,
+                        help="--soak: share of the requests whose client hangs up midway (default 0.15)")
+    parser.add_argument("--max-rss-growth", type=float, default=64.0,
+                        help="--soak: most MiB the server's RSS may grow over the soak (default 64)")
     parser.add_argument("--json", type=Path, help="also write the rows to this file as a JSON list; "
                         "speedup = req/s / the one-at-a-time mode's req/s")
     args = parser.parse_args(argv)
+    args.requests = args.requests or (5000 if args.soak else 500)
+    args.warmup = args.warmup if args.warmup is not None else (300 if args.soak else 32)
     if args.quick:
         args.requests, args.clients, args.warmup, args.toy_steps = 120, 8, 8, 100
+        if args.soak:
+            args.requests, args.clients, args.warmup = 300, 16, 100
+    if not 0.0 <= args.disconnect_share <= 1.0:
+        raise SystemExit(f"--disconnect-share must be in [0, 1], got {args.disconnect_share}")
     if not 0 < args.requests <= 100_000 or not 0 < args.clients <= 1024:
         raise SystemExit("--requests must be in 1..100000 and --clients in 1..1024")
 
@@ -244,6 +459,18 @@ def main(argv=None) -> None:
         print(f"torch {torch.__version__}; {cpu_name()} ({os.cpu_count()} cores), server threads {args.threads}; "
               f"{args.requests} requests from {args.clients} clients, beam {args.beam}; "
               f"load average {os.getloadavg()[0]:.2f}")
+        if args.soak:
+            rows = run_soak(run_dir, args, sentences)
+            for row in rows:
+                row["torch"] = torch.__version__
+            if args.json:
+                args.json.write_text(json.dumps(rows, indent=1) + "\n")
+                print(f"wrote {args.json}")
+            problems = soak_failures(rows[0], args.max_rss_growth)
+            if problems:
+                raise SystemExit("soak failed: " + "; ".join(problems))
+            print(f"soak passed; load average at the end {os.getloadavg()[0]:.2f}")
+            return
         rows, answers = [], []
         for mode, max_batch, wait_ms in (("batched", args.max_batch, args.wait_ms), ("one at a time", 1, 0.0)):
             row, got = measure(run_dir, mode, max_batch, wait_ms, args, sentences)

@@ -34,6 +34,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
 import seqmap
 from seqmap.runs import LoadedRun
@@ -244,6 +245,16 @@ def _add_error_handlers(app: FastAPI, limits: Limits) -> None:
     @app.exception_handler(RequestError)
     async def request_error(request: Request, error: RequestError) -> JSONResponse:
         return _error(error.status, str(error), error.field)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        """404, 405 and FastAPI's own 400s, in the one error shape."""
+        if error.status_code == 400 and request.url.path in BODIES:  # the body's bytes are not UTF-8 text
+            return _error(422, f"the body is not valid JSON ({error.__cause__ or error.detail}); "
+                               "send a JSON object encoded as UTF-8", "body")
+        response = _error(error.status_code, str(error.detail), None)
+        response.headers.update(error.headers or {})
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:

@@ -170,7 +170,8 @@ class Batcher:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            return {"max_batch": self.max_batch, "wait_ms": self.wait * 1000.0, **self.stats.as_dict()}
+            return {"max_batch": self.max_batch, "wait_ms": self.wait * 1000.0, "waiting": self._waiting,
+                    **self.stats.as_dict()}
 
     # -- the worker thread ---------------------------------------------------------------------
 

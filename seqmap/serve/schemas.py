@@ -1,8 +1,9 @@
 """The HTTP API's request and response bodies (pydantic), and the limits every request is checked against.
 
-Types and fixed ranges (a beam size is a positive integer, top-p lies in (0, 1])
-are declared on the fields, so FastAPI rejects a wrong type with 422 naming the
-field and the OpenAPI schema at ``/docs`` shows them. Limits that a server
+Types and fixed ranges (a beam size is a positive integer, top-p lies in [1e-6, 1],
+a temperature in [1e-4, 1e4]: the ranges where the float32 arithmetic of decoding
+stays finite) are declared on the fields, so FastAPI rejects a wrong type with 422
+naming the field and the OpenAPI schema at ``/docs`` shows them. Limits that a server
 operator sets (``Limits``: characters per text, texts per request, beam size, new
 tokens) are checked by ``check_translate`` / ``check_generate`` and raise
 ``RequestError``, which the app turns into the same 422 shape. Unknown fields are
@@ -19,6 +20,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# Fixed ranges beyond which decoding has no meaning and the arithmetic breaks (found by tests/serve/test_fuzz.py):
+MAX_LENGTH_PENALTY = 10.0  # GNMT alpha: ((5 + length) / 6) ** alpha overflows a float near alpha = 140
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 1e4  # log-probs / t in float32: t = 1e-300 rounds to 0, 1e308 to inf
+MIN_TOP_P = 1e-6  # a smaller top_p rounds to 0 in float32 and drops every token (1e-6 already keeps the best alone)
+MAX_SEED = 2**64 - 1  # the largest seed torch.Generator.manual_seed takes
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,8 @@ class TranslateRequest(_Strict):
     text: str | list[str] = Field(description="a sentence, or a list of sentences", examples=["Where is the station?"])
     beam_size: int | None = Field(None, ge=1, description="1 = greedy; default: the run's decode.beam_size")
     n_best: int = Field(1, ge=1, description="translations returned per text, best first (<= beam_size)")
-    length_penalty: float | None = Field(None, ge=0.0, description="GNMT alpha; default: the run's")
+    length_penalty: float | None = Field(None, ge=0.0, le=MAX_LENGTH_PENALTY,
+                                        description="GNMT alpha; default: the run's")
     attention: bool = Field(False, description="also return each best translation's cross-attention")
 
 
@@ -99,10 +107,11 @@ class GenerateRequest(_Strict):
     prompt: str = Field("", description="text to continue (empty: start a new line)")
     max_new_tokens: int | None = Field(None, ge=1, description="default: the run's decode.max_new_tokens, capped")
     sample: bool = Field(True, description="sample (temperature, top-k, top-p); false = greedy")
-    temperature: float | None = Field(None, gt=0.0, description="default: the run's decode.temperature")
+    temperature: float | None = Field(None, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE,
+                                      description="default: the run's decode.temperature")
     top_k: int | None = Field(None, ge=0, description="keep the k most likely tokens (0 = off)")
-    top_p: float | None = Field(None, gt=0.0, le=1.0, description="nucleus mass (1 = off)")
-    seed: int = Field(0, ge=0, description="sampling seed: same seed, same prompt, same text")
+    top_p: float | None = Field(None, ge=MIN_TOP_P, le=1.0, description="nucleus mass (1 = off)")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="sampling seed: same seed, same prompt, same text")
     attention: bool = Field(False, description="also return the self-attention of each generated token")
 
 
