@@ -7,7 +7,8 @@ with their signatures; BLEU's tokenizer is chosen by the target language
 ...), so a score can be reproduced by anyone. Perplexity is exp(summed NLL of
 the references / their tokens), from teacher forcing. ``compare`` runs
 sacreBLEU's paired bootstrap resampling test (Koehn 2004) between this run's
-hypotheses and another system's.
+hypotheses and another system's. ``evaluate_test_split`` is the last step of
+``seqmap train``: the best checkpoint scored on the config's test split.
 
 n-best files hold one line per hypothesis, ``index ||| hypothesis ||| score``:
 the 0-based sentence index, the detokenized text and the normalized score
@@ -17,8 +18,10 @@ within a sentence.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
@@ -28,7 +31,11 @@ from seqmap.config import DecodeConfig
 from seqmap.data.corpus import read_lines, read_parallel
 from seqmap.decoding.text import Scored, translate_texts
 from seqmap.runs import LoadedRun
-from seqmap.training.validate import summed_nll, translation_batches
+from seqmap.training.checkpoint import load_checkpoint
+from seqmap.training.validate import eval_context, lm_batches, summed_nll, translation_batches
+
+if TYPE_CHECKING:
+    from seqmap.training.trainer import RunTrainer
 
 
 def bleu_tokenizer(tgt_lang: str, tokenize: str | None = None) -> str:
@@ -132,3 +139,36 @@ def evaluate_files(run: LoadedRun, src: str | Path, ref: str | Path, decode: Dec
     tok_refs = None if tok_ref is None else read_lines(tok_ref, "--tok-ref")
     return evaluate_pairs(run, [s for s, _ in pairs], [r for _, r in pairs], decode, out, n_best=n_best,
                           tokenize=tokenize, compare_with=compare_with, tok_refs=tok_refs)
+
+
+def evaluate_test_split(trainer: RunTrainer) -> dict | None:
+    """Score the best checkpoint of a finished training run on its test split, and log the result.
+
+    Translation: decoded with the run's decode config and scored as by ``evaluate_pairs`` (hypotheses
+    in ``RUN_DIR/test.hyp``); a language model: loss and perplexity of the test text. None when the
+    config names no test data. ``seqmap train`` passes this to ``seqmap.training.trainer.train``.
+    """
+    cfg, data, log = trainer.cfg, trainer.data, trainer.log
+    lm = cfg.data.task == "lm"
+    test = data.test if lm else data.test_text
+    if not test:
+        return None
+    best = trainer.checkpoints.best() or trainer.checkpoints.latest()
+    load_checkpoint(best, model=trainer.model)
+    step = trainer.state["step"]
+    if lm:
+        windows = lm_batches(test, eval_context(cfg.data), cfg.train.batch_size)
+        nll, n = summed_nll(trainer.model.eval(), windows, trainer.device)
+        result = {"loss": nll / n, "ppl": math.exp(nll / n), "tokens": n}
+        log.metrics("test", step, **result)
+        log.info(f"test ({n} tokens, {best.name}): loss {result['loss']:.4f} ppl {result['ppl']:.2f}")
+        return result
+    out = trainer.run_dir / "test.hyp"
+    run = LoadedRun(cfg, trainer.model.eval(), data.src_tok, data.tgt_tok, best, trainer.device)
+    result = evaluate_pairs(run, [s for s, _ in test], [t for _, t in test], out=out)
+    log.metrics("test", step, **result)
+    log.info(f"test ({len(test)} sentences, {best.name}): BLEU {result['bleu']:.2f} chrF "
+             f"{result['chrf']:.2f} TER {result['ter']:.2f} ppl {result['ppl']:.2f}")
+    log.info(f"  {result['bleu_signature']}")
+    log.info(f"  hypotheses in {out}")
+    return result

@@ -1,9 +1,10 @@
 """The smallest useful real run: train a model on a synthetic task, then decode a held-out set.
 
-Teacher forcing, AdamW, cross-entropy that ignores padding, a short linear warmup
-then cosine decay (``seqmap.training.schedule``), gradient clipping, fp32 on the CPU. Held-out data comes from
-another seed and is decoded with ``seqmap.decoding.greedy``; the run reports
-exact-match (whole sequence) and token accuracy.
+Trained by the one training loop (``seqmap.training.trainer.Trainer``) on a fresh random batch
+per step: teacher forcing, AdamW, cross-entropy that ignores padding, a short linear warmup then
+cosine decay to lr / 10, gradient clipping, fp32 on the CPU (``toy_train_config`` says how a
+``ToyConfig`` maps onto ``train.*``). Held-out data comes from another seed and is decoded with
+``seqmap.decoding.greedy``; the run reports exact-match (whole sequence) and token accuracy.
 
 An encoder-decoder (transformer, rnn) maps source to target directly. A
 decoder-only LM sees one sequence ``<bos> src <sep> tgt <eos>`` with the loss on
@@ -15,18 +16,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqmap.config import ConfigError, ModelConfig, from_dict
+from seqmap.config import ConfigError, ModelConfig, TrainConfig, from_dict
 from seqmap.data.batching import Batch
 from seqmap.data.synthetic import BOS, EOS, PAD, TASKS, SyntheticTask, render, strip
 from seqmap.decoding.greedy import greedy
-from seqmap.training.schedule import cosine, set_lr
+from seqmap.models.builder import build_model
+from seqmap.training.trainer import Trainer
 
 
 @dataclass
@@ -123,14 +124,21 @@ def lm_sequences(batch: Batch, sep: int) -> tuple[Tensor, Tensor]:
     return inputs, targets
 
 
-def _loss(model: nn.Module, batch: Batch, family: str, sep: int) -> Tensor:
-    if family == "lm":
-        inputs, targets = lm_sequences(batch, sep)
-        logits = model(None, None, inputs)  # (B, T, V)
-    else:
-        targets = batch.tgt_out
-        logits = model(batch.src, batch.src_mask, batch.tgt_in)  # (B, T, V)
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=PAD)
+def framed(batch: Batch, family: str, sep: int) -> Batch:
+    """The batch a model of ``family`` trains on: as it is for an encoder-decoder, LM-framed for an LM."""
+    if family != "lm":
+        return batch
+    inputs, targets = lm_sequences(batch, sep)
+    return Batch.from_lm_windows(inputs, targets, pad_id=PAD)
+
+
+def toy_train_config(cfg: ToyConfig) -> TrainConfig:
+    """The trainer's settings for a toy run: AdamW, warmup then half a cosine to lr / 10, clipping, fp32 on the CPU."""
+    warmup = min(cfg.warmup, cfg.steps - 1)  # cosine needs a step after the warmup
+    return TrainConfig(seed=cfg.seed, device="cpu", precision="fp32", max_steps=cfg.steps, lr=cfg.lr,
+                       betas=[0.9, 0.999], weight_decay=cfg.weight_decay, schedule="cosine", warmup=warmup,
+                       min_lr=cfg.lr / 10, label_smoothing=0.0, clip_norm=cfg.clip,
+                       log_every=cfg.log_every or cfg.steps, valid_every=cfg.steps)
 
 
 def _decode(model: nn.Module, batch: Batch, family: str, sep: int, max_len: int) -> list[list[int]]:
@@ -193,8 +201,6 @@ def train_toy(model_cfg: ModelConfig, cfg: ToyConfig | None = None, *,
         (mean of the last 10% of steps), losses (every step), params, train_seconds,
         eval_seconds, and ``examples`` (dicts of rendered src/ref/hyp).
     """
-    from seqmap.models.builder import build_model
-
     cfg = cfg or ToyConfig()
     say = log or (lambda _line: None)
     model_cfg = _with_vocab(model_cfg, cfg)
@@ -206,27 +212,23 @@ def train_toy(model_cfg: ModelConfig, cfg: ToyConfig | None = None, *,
     params = sum(p.numel() for p in model.parameters())
     say(f"toy: {model_cfg.family} on {cfg.task} (vocab {cfg.vocab}, lengths {cfg.min_len}-{cfg.max_len}), "
         f"{params:,} parameters, {cfg.steps} steps of {cfg.batch_size}")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    warmup = min(cfg.warmup, cfg.steps - 1)  # cosine needs a step after the warmup
     generator = torch.Generator().manual_seed(cfg.seed)
+
+    def batches() -> Iterator[Batch]:
+        while True:
+            yield framed(task.batch(cfg.batch_size, generator), model_cfg.family, sep)
 
     losses: list[float] = []
     start = time.perf_counter()
-    model.train()
-    for step in range(1, cfg.steps + 1):
-        lr = cosine(step, warmup, cfg.steps, cfg.lr, min_lr=cfg.lr / 10)
-        set_lr(optimizer, lr)
-        loss = _loss(model, task.batch(cfg.batch_size, generator), model_cfg.family, sep)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.clip > 0:
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        optimizer.step()
-        losses.append(loss.item())
+
+    def on_step(step: int, loss: float, lr: float) -> None:
+        losses.append(loss)
         if cfg.log_every and (step % cfg.log_every == 0 or step == cfg.steps):
             recent = losses[-cfg.log_every:]
             say(f"step {step:5d}  loss {sum(recent) / len(recent):.4f}  lr {lr:.2e}  "
                 f"{time.perf_counter() - start:.1f}s")
+
+    Trainer(model, toy_train_config(cfg), torch.device("cpu")).run(batches(), on_step=on_step)
     train_seconds = time.perf_counter() - start
 
     start = time.perf_counter()

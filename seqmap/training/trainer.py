@@ -1,4 +1,11 @@
-"""The training loop: one config in, a run directory that explains itself out.
+"""The training loop, written once: ``Trainer`` takes optimiser steps over any stream of batches.
+
+``Trainer`` owns the optimiser, the learning-rate schedule, mixed precision, gradient clipping,
+NaN handling, logging and the ``train.*`` stopping rules; the caller brings the model, the batches
+and what happens at a validation. Two callers train through it: ``RunTrainer`` (below: one config
+on real text) and ``seqmap.training.toy`` (a synthetic task, no run directory).
+
+``RunTrainer`` turns one config into a run directory that explains itself:
 
     RUN_DIR/config.yaml         the resolved config (vocabulary sizes filled in)
     RUN_DIR/tokenizer/          the tokenizer(s), trained on the training text
@@ -11,7 +18,9 @@ Each optimiser step sums the gradients of ``accum_steps`` batches (on every rank
 and normalises by the number of target tokens in all of them, so 2 processes with
 one batch each take exactly the step one process takes with both batches.
 Checkpoints are written after validation, at a step boundary, with everything
-needed to continue bit-for-bit (``resume=True``).
+needed to continue bit-for-bit (``resume=True``). Scoring the best checkpoint on the
+test split is the caller's (``train(test=...)``; ``seqmap train`` passes
+``seqmap.evaluation.evaluate_test_split``).
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import math
 import random
 import sys
 import time
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -50,7 +60,7 @@ from seqmap.training.checkpoint_manager import CheckpointManager
 from seqmap.training.loss import label_smoothed_nll, output_nll
 from seqmap.training.runlog import RunLog
 from seqmap.training.schedule import make_schedule, set_lr
-from seqmap.training.validate import eval_context, lm_batches, summed_nll, validate
+from seqmap.training.validate import validate
 
 
 class TrainingError(RuntimeError):
@@ -110,8 +120,196 @@ def make_optimizer(model: nn.Module, t: TrainConfig, device: torch.device) -> to
                              fused=device.type in ("cpu", "cuda"))
 
 
+def make_lr_schedule(t: TrainConfig) -> Callable[[int], float]:
+    """``train.schedule`` with its ``train.*`` parameters: a function ``step -> lr``."""
+    params = dict(warmup=t.warmup, lr=t.lr)
+    if t.schedule == "cosine":
+        if t.max_steps <= 0:
+            raise TrainingError("train.schedule=cosine needs train.max_steps (the step where it ends)")
+        params.update(total=t.max_steps, min_lr=t.min_lr)
+    elif t.schedule == "step":
+        params.update(decay_start=t.decay_start, decay_every=t.decay_every, decay_factor=t.decay_factor)
+    try:
+        return make_schedule(t.schedule, **params)
+    except ValueError as e:  # e.g. cosine over fewer steps than the warm-up
+        raise TrainingError(f"train.schedule={t.schedule}: {e} (check train.warmup and train.max_steps)") from None
+
+
 class Trainer:
-    """Holds what one run needs; ``run()`` trains until a stopping rule fires."""
+    """The one training loop: optimiser steps over a stream of batches until a ``train.*`` stopping rule fires.
+
+    Args:
+        model: the model to train (on ``device`` already).
+        t: the optimisation: optimiser, schedule, precision, clipping, ``accum_steps``, logging and
+            the stopping rules (``max_steps``, ``max_time``, ``patience``, ``max_bad_steps``).
+        log: where log lines and ``train`` metrics go (default: nowhere).
+        dist: this process's place in a distributed run (default: a single process).
+        carry: the model wrapped in a ``CarriedState`` (``train.stateful``), trained in its place.
+        progress: show a progress bar (on a terminal, in the main process).
+    """
+
+    def __init__(self, model: nn.Module, t: TrainConfig, device: torch.device, *, log: RunLog | None = None,
+                 dist: distributed.Dist | None = None, carry: CarriedState | None = None, progress: bool = False):
+        self.model, self.train_cfg, self.device = model, t, device
+        self.log = log or RunLog(None)
+        self.dist = dist or distributed.Dist()
+        self.carry = carry
+        trained = carry or model  # what the training step calls
+        self.ddp = (nn.parallel.DistributedDataParallel(trained, device_ids=[device] if device.type == "cuda"
+                                                         else None) if self.dist.enabled else trained)
+        self.optimizer = make_optimizer(model, t, device)
+        self.schedule = make_lr_schedule(t)
+        self.amp_dtype = autocast_dtype(t.precision, device)
+        self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
+        # the output layer and the loss in one chunked pass (no (N, V) logits) where the model offers its
+        # features and runs in float32; otherwise logits, then the loss
+        self.fused_output = (carry is None and self.amp_dtype is None
+                             and isinstance(getattr(model, "output_layer", None), nn.Linear)
+                             and model.output_layer.weight.dtype == torch.float32)
+        self.progress = progress
+        # the counters a checkpoint stores (RunTrainer adds the data position)
+        self.state = {"step": 0, "best": None, "bad_validations": 0, "skipped_steps": 0, "train_seconds": 0.0,
+                      "tokens": 0}
+
+    # -- one optimiser step ---------------------------------------------------------------
+    def step(self, micro_batches: list[Batch]) -> tuple[float, float, int] | None:
+        """Forward/backward over the micro-batches, then one update. Returns (loss, nll, tokens) or None if skipped."""
+        t = self.train_cfg
+        n_tokens = sum(b.n_tokens for b in micro_batches)
+        global_tokens = distributed.all_reduce_sum([float(n_tokens)], self.dist, self.device)[0]
+        loss_total = nll_total = 0.0
+        self.ddp.train()
+        for i, batch in enumerate(micro_batches):
+            batch = batch.to(self.device)
+            last = i == len(micro_batches) - 1
+            sync = nullcontext() if last or not self.dist.enabled else self.ddp.no_sync()
+            amp = (torch.autocast(self.device.type, dtype=self.amp_dtype) if self.amp_dtype else nullcontext())
+            with sync, amp:
+                if self.fused_output:
+                    features = self.ddp(batch.src, batch.src_mask, batch.tgt_in, features=True)
+                    loss, nll, _ = output_nll(features, self.model.output_layer, batch.tgt_out, PAD,
+                                              t.label_smoothing)
+                else:
+                    logits = self.ddp(batch.src, batch.src_mask, batch.tgt_in)
+                    loss, nll, _ = label_smoothed_nll(logits, batch.tgt_out, PAD, t.label_smoothing)
+                # DDP averages gradients over ranks; scale so the result is sum(loss) / all tokens
+                scaled = loss * (self.dist.world_size / global_tokens)
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            loss_total += loss.item()
+            nll_total += nll.item()
+        loss_total, nll_total = distributed.all_reduce_sum([loss_total, nll_total], self.dist, self.device)
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = (nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm) if t.clip_norm > 0
+                     else torch.tensor(0.0))
+        finite = math.isfinite(loss_total) and bool(torch.isfinite(grad_norm))
+        if not finite and not self.scaler:
+            self.optimizer.zero_grad(set_to_none=True)
+            return None
+        set_lr(self.optimizer, self.schedule(self.state["step"] + 1))
+        if self.scaler:
+            self.scaler.step(self.optimizer)  # skips the update itself on inf/NaN gradients
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if not finite:
+            return None
+        return loss_total / global_tokens, nll_total / global_tokens, int(global_tokens)
+
+    # -- the loop -----------------------------------------------------------------------
+    def should_stop(self) -> str | None:
+        t, s = self.train_cfg, self.state
+        if t.max_steps > 0 and s["step"] >= t.max_steps:
+            return f"reached train.max_steps={t.max_steps}"
+        if t.max_time > 0 and s["train_seconds"] >= 60 * t.max_time:
+            return f"reached train.max_time={t.max_time} minutes"
+        if t.patience > 0 and s["bad_validations"] >= t.patience:
+            return f"no better {t.early_stopping} in {t.patience} validations (train.patience)"
+        return None
+
+    def run(self, batches: Iterable[Batch], *, validate: Callable[[], Path | None] | None = None,
+            on_step: Callable[[int, float, float], None] | None = None) -> dict:
+        """Train on ``batches`` until a stopping rule fires or they run out (the end of ``train.max_epochs``).
+
+        ``validate()`` runs every ``train.valid_every`` steps and after the last one (it may save a
+        checkpoint and return its path, and update ``state["bad_validations"]`` for ``train.patience``);
+        ``on_step(step, loss, lr)`` after every update.
+        """
+        t, s, batches = self.train_cfg, self.state, iter(batches)
+        # with a time budget the step count that ends the run is unknown: show no total (and no false ETA).
+        # The bar is for a terminal only: in a file it would be thousands of carriage-return frames, and the
+        # log line every train.log_every steps says the same.
+        bar = tqdm(total=t.max_steps if t.max_steps > 0 and t.max_time <= 0 else None, initial=s["step"],
+                   disable=not (self.progress and self.dist.is_main and _is_terminal(sys.stderr)), unit="step",
+                   dynamic_ncols=True, mininterval=1.0)
+        window_tokens, window_time, window_loss, window_nll, bad_in_a_row = 0, 0.0, 0.0, 0.0, 0
+        stop_reason = self.should_stop()
+        last_valid_step = -1
+        while stop_reason is None:
+            start = time.perf_counter()  # tokens/s counts batching too
+            micro = [b for _, b in zip(range(t.accum_steps), batches)]
+            if not micro:
+                stop_reason = f"reached train.max_epochs={t.max_epochs}"
+                break
+            result = self.step(micro)
+            elapsed = time.perf_counter() - start
+            s["train_seconds"] += elapsed
+            if result is None:
+                s["skipped_steps"] += 1
+                bad_in_a_row += 1
+                self.log.info(f"step {s['step'] + 1}: loss or gradient is NaN/inf, update skipped "
+                              f"({bad_in_a_row} in a row, {s['skipped_steps']} in all)")
+                if bad_in_a_row >= t.max_bad_steps:
+                    saved = validate() if validate else None
+                    where = f"the last good weights are saved in {saved.parent}. " if saved else ""
+                    raise TrainingError(
+                        f"{bad_in_a_row} steps in a row had a NaN/inf loss (train.max_bad_steps); {where}"
+                        "Lower train.lr, raise train.warmup, or use train.precision=fp32")
+                continue
+            bad_in_a_row = 0
+            loss, nll, tokens = result
+            s["step"] += 1
+            s["tokens"] += tokens
+            window_tokens += tokens
+            window_time += elapsed
+            window_loss += loss * tokens
+            window_nll += nll * tokens
+            lr = self.optimizer.param_groups[0]["lr"]
+            bar.update(1)
+            if on_step is not None:
+                on_step(s["step"], loss, lr)
+            if s["step"] % t.log_every == 0 or s["step"] == 1:
+                # token-weighted means over the steps since the last log line
+                tok_s = window_tokens / max(window_time, 1e-9)
+                loss, nll = window_loss / window_tokens, window_nll / window_tokens
+                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:.0f}")
+                self.log.metrics("train", s["step"], loss=loss, nll=nll, ppl=math.exp(min(nll, 50)), lr=lr,
+                                 tokens_per_s=tok_s, epoch=s.get("epoch", 0))
+                self.log.info(f"step {s['step']} epoch {s.get('epoch', 0)} loss {loss:.4f} ppl "
+                              f"{math.exp(min(nll, 50)):.2f} lr {lr:.2e} {tok_s:.0f} tok/s")
+                window_tokens, window_time, window_loss, window_nll = 0, 0.0, 0.0, 0.0
+            # rank 0 decides (time limits differ slightly per rank); validation holds collectives
+            stop_reason = self._broadcast_stop(self.should_stop())
+            if validate is not None and (s["step"] % t.valid_every == 0 or stop_reason is not None):
+                validate()
+                last_valid_step = s["step"]
+                stop_reason = self._broadcast_stop(self.should_stop())
+        bar.close()
+        if validate is not None and last_valid_step != s["step"] and s["step"] > 0:
+            validate()
+        self.log.info(f"training stopped: {stop_reason}; {s['step']} steps, "
+                      f"{s['train_seconds'] / 60:.1f} min, {s['skipped_steps']} skipped steps")
+        return {"step": s["step"], "best": s["best"], "stop_reason": stop_reason,
+                "train_seconds": s["train_seconds"], "tokens": s["tokens"]}
+
+    def _broadcast_stop(self, reason: str | None) -> str | None:
+        stop = distributed.broadcast_flag(reason is not None, self.dist, self.device)
+        return (reason or "stopped by rank 0") if stop else None
+
+
+class RunTrainer:
+    """One config on real text: data, model and ``Trainer`` set up, a run directory written; ``run()`` trains."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path, *, resume: bool = False, stream=None):
         self.run_dir = Path(run_dir)
@@ -150,36 +348,16 @@ class Trainer:
             raise TrainingError("train.stateful=true carries a recurrent state across batches: it needs "
                                 "data.task=lm and model.family=rnn_lm")
         self.carry = CarriedState(self.model) if cfg.train.stateful else None
-        trained = self.carry or self.model  # what the training step calls
-        self.ddp = (nn.parallel.DistributedDataParallel(trained, device_ids=[self.device] if self.device.type
-                                                         == "cuda" else None) if self.dist.enabled else trained)
         t = self.cfg.train
-        self.optimizer = make_optimizer(self.model, t, self.device)
-        params = dict(warmup=t.warmup, lr=t.lr)
-        if t.schedule == "cosine":
-            if t.max_steps <= 0:
-                raise TrainingError("train.schedule=cosine needs train.max_steps (the step where it ends)")
-            params.update(total=t.max_steps, min_lr=t.min_lr)
-        elif t.schedule == "step":
-            params.update(decay_start=t.decay_start, decay_every=t.decay_every, decay_factor=t.decay_factor)
-        try:
-            self.schedule = make_schedule(t.schedule, **params)
-        except ValueError as e:  # e.g. cosine over fewer steps than the warm-up
-            raise TrainingError(f"train.schedule={t.schedule}: {e} (check train.warmup and train.max_steps)") from None
-        self.amp_dtype = autocast_dtype(t.precision, self.device)
-        self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
-        # the output layer and the loss in one chunked pass (no (N, V) logits) where the model offers its
-        # features and runs in float32; otherwise logits, then the loss
-        self.fused_output = (self.carry is None and self.amp_dtype is None
-                             and isinstance(getattr(self.model, "output_layer", None), nn.Linear)
-                             and self.model.output_layer.weight.dtype == torch.float32)
+        self.trainer = Trainer(self.model, t, self.device, log=self.log, dist=self.dist, carry=self.carry,
+                               progress=True)
         self.checkpoints = CheckpointManager(
             self.run_dir, keep_last=t.keep_last, metric=t.early_stopping,
             mode="max" if t.early_stopping in ("bleu", "chrf") else "min")
-        self.state = {"step": 0, "data": {"epoch": 0, "batch": 0}, "best": None, "bad_validations": 0,
-                      "skipped_steps": 0, "train_seconds": 0.0, "tokens": 0}
+        self.state = self.trainer.state  # one dict: the loop's counters and the data position, checkpointed
+        self.state["data"] = {"epoch": 0, "batch": 0}
         if resume:
-            loaded = load_checkpoint(latest, model=self.model, optimizer=self.optimizer, restore_rng=True)
+            loaded = load_checkpoint(latest, model=self.model, optimizer=self.trainer.optimizer, restore_rng=True)
             self.state.update(loaded.trainer_state)
             self.log.info(f"resumed from {latest} at step {self.state['step']}")
         n_params = sum(p.numel() for p in self.model.parameters())
@@ -250,136 +428,13 @@ class Trainer:
             self.state["lm_read"] = micro
             yield Batch.from_lm_windows(*lm_stream_window(rows, context, index), pad_id=PAD)
 
-    # -- one optimiser step ---------------------------------------------------------------
-    def _step(self, micro_batches: list[Batch]) -> tuple[float, float, int] | None:
-        """Forward/backward over the micro-batches, then one update. Returns (loss, nll, tokens) or None if skipped."""
-        t = self.cfg.train
-        n_tokens = sum(b.n_tokens for b in micro_batches)
-        global_tokens = distributed.all_reduce_sum([float(n_tokens)], self.dist, self.device)[0]
-        loss_total = nll_total = 0.0
-        self.ddp.train()
-        for i, batch in enumerate(micro_batches):
-            batch = batch.to(self.device)
-            last = i == len(micro_batches) - 1
-            sync = nullcontext() if last or not self.dist.enabled else self.ddp.no_sync()
-            amp = (torch.autocast(self.device.type, dtype=self.amp_dtype) if self.amp_dtype else nullcontext())
-            with sync, amp:
-                if self.fused_output:
-                    features = self.ddp(batch.src, batch.src_mask, batch.tgt_in, features=True)
-                    loss, nll, _ = output_nll(features, self.model.output_layer, batch.tgt_out, PAD,
-                                              t.label_smoothing)
-                else:
-                    logits = self.ddp(batch.src, batch.src_mask, batch.tgt_in)
-                    loss, nll, _ = label_smoothed_nll(logits, batch.tgt_out, PAD, t.label_smoothing)
-                # DDP averages gradients over ranks; scale so the result is sum(loss) / all tokens
-                scaled = loss * (self.dist.world_size / global_tokens)
-                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-            loss_total += loss.item()
-            nll_total += nll.item()
-        loss_total, nll_total = distributed.all_reduce_sum([loss_total, nll_total], self.dist, self.device)
-        if self.scaler:
-            self.scaler.unscale_(self.optimizer)
-        grad_norm = (nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm) if t.clip_norm > 0
-                     else torch.tensor(0.0))
-        finite = math.isfinite(loss_total) and bool(torch.isfinite(grad_norm))
-        if not finite and not self.scaler:
-            self.optimizer.zero_grad(set_to_none=True)
-            return None
-        set_lr(self.optimizer, self.schedule(self.state["step"] + 1))
-        if self.scaler:
-            self.scaler.step(self.optimizer)  # skips the update itself on inf/NaN gradients
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        if not finite:
-            return None
-        return loss_total / global_tokens, nll_total / global_tokens, int(global_tokens)
-
-    # -- the loop -----------------------------------------------------------------------
-    def _should_stop(self) -> str | None:
-        t, s = self.cfg.train, self.state
-        if t.max_steps > 0 and s["step"] >= t.max_steps:
-            return f"reached train.max_steps={t.max_steps}"
-        if t.max_time > 0 and s["train_seconds"] >= 60 * t.max_time:
-            return f"reached train.max_time={t.max_time} minutes"
-        if t.patience > 0 and s["bad_validations"] >= t.patience:
-            return f"no better {t.early_stopping} in {t.patience} validations (train.patience)"
-        return None
-
     def run(self) -> dict:
-        t, s = self.cfg.train, self.state
         batches = self._lm_batches() if self.cfg.data.task == "lm" else self._translation_batches()
-        # with a time budget the step count that ends the run is unknown: show no total (and no false ETA).
-        # The bar is for a terminal only: in a file it would be thousands of carriage-return frames, and the
-        # log line every train.log_every steps says the same.
-        bar = tqdm(total=t.max_steps if t.max_steps > 0 and t.max_time <= 0 else None, initial=s["step"],
-                   disable=not (self.dist.is_main and _is_terminal(sys.stderr)), unit="step", dynamic_ncols=True,
-                   mininterval=1.0)
-        window_tokens, window_time, window_loss, window_nll, bad_in_a_row = 0, 0.0, 0.0, 0.0, 0
-        stop_reason = self._should_stop()
-        last_valid_step = -1
-        while stop_reason is None:
-            start = time.perf_counter()  # tokens/s counts batching too
-            micro = [b for _, b in zip(range(t.accum_steps), batches)]
-            if not micro:
-                stop_reason = f"reached train.max_epochs={t.max_epochs}"
-                break
-            result = self._step(micro)
-            elapsed = time.perf_counter() - start
-            s["train_seconds"] += elapsed
-            if result is None:
-                s["skipped_steps"] += 1
-                bad_in_a_row += 1
-                self.log.info(f"step {s['step'] + 1}: loss or gradient is NaN/inf, update skipped "
-                              f"({bad_in_a_row} in a row, {s['skipped_steps']} in all)")
-                if bad_in_a_row >= t.max_bad_steps:
-                    self._validate_and_save()
-                    raise TrainingError(
-                        f"{bad_in_a_row} steps in a row had a NaN/inf loss (train.max_bad_steps); the last good "
-                        f"weights are saved in {self.run_dir / 'checkpoints'}. Lower train.lr, raise train.warmup, "
-                        "or use train.precision=fp32")
-                continue
-            bad_in_a_row = 0
-            loss, nll, tokens = result
-            s["step"] += 1
-            s["tokens"] += tokens
-            window_tokens += tokens
-            window_time += elapsed
-            window_loss += loss * tokens
-            window_nll += nll * tokens
-            lr = self.optimizer.param_groups[0]["lr"]
-            bar.update(1)
-            if s["step"] % t.log_every == 0 or s["step"] == 1:
-                # token-weighted means over the steps since the last log line
-                tok_s = window_tokens / max(window_time, 1e-9)
-                loss, nll = window_loss / window_tokens, window_nll / window_tokens
-                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:.0f}")
-                self.log.metrics("train", s["step"], loss=loss, nll=nll, ppl=math.exp(min(nll, 50)), lr=lr,
-                                 tokens_per_s=tok_s, epoch=s.get("epoch", 0))
-                self.log.info(f"step {s['step']} epoch {s.get('epoch', 0)} loss {loss:.4f} ppl "
-                              f"{math.exp(min(nll, 50)):.2f} lr {lr:.2e} {tok_s:.0f} tok/s")
-                window_tokens, window_time, window_loss, window_nll = 0, 0.0, 0.0, 0.0
-            # rank 0 decides (time limits differ slightly per rank); validation holds collectives
-            stop_reason = self._broadcast_stop(self._should_stop())
-            if s["step"] % t.valid_every == 0 or stop_reason is not None:
-                self._validate_and_save()
-                last_valid_step = s["step"]
-                stop_reason = self._broadcast_stop(self._should_stop())
-        bar.close()
-        if last_valid_step != s["step"] and s["step"] > 0:
-            self._validate_and_save()
-        self.log.info(f"training stopped: {stop_reason}; {s['step']} steps, "
-                      f"{s['train_seconds'] / 60:.1f} min, {s['skipped_steps']} skipped steps")
-        return {"step": s["step"], "best": s["best"], "stop_reason": stop_reason,
-                "train_seconds": s["train_seconds"], "tokens": s["tokens"]}
+        return self.trainer.run(batches, validate=self._validate_and_save)
 
-    def _broadcast_stop(self, reason: str | None) -> str | None:
-        stop = distributed.broadcast_flag(reason is not None, self.dist, self.device)
-        return (reason or "stopped by rank 0") if stop else None
-
-    def _validate_and_save(self) -> None:
-        s, t = self.state, self.cfg.train
+    def _validate_and_save(self) -> Path | None:
+        """Validate, update the best value and patience, save a checkpoint; return it (main process only)."""
+        s, t, saved = self.state, self.cfg.train, None
         if self.dist.is_main:
             metrics = validate(self.model, self.data, self.cfg, self.device, self.log.info)
             self.log.metrics("valid", s["step"], **metrics, train_minutes=s["train_seconds"] / 60)
@@ -390,51 +445,30 @@ class Trainer:
                 s["best"], s["bad_validations"] = value, 0
             else:
                 s["bad_validations"] += 1
-            self.checkpoints.save(s["step"], metric_value=value, model=self.model, optimizer=self.optimizer,
-                                  trainer_state=dict(s), config=to_dict(self.cfg),
-                                  tokenizer_dir=self.run_dir / "tokenizer")
+            saved = self.checkpoints.save(s["step"], metric_value=value, model=self.model,
+                                          optimizer=self.trainer.optimizer, trainer_state=dict(s),
+                                          config=to_dict(self.cfg), tokenizer_dir=self.run_dir / "tokenizer")
         s["bad_validations"] = int(distributed.all_reduce_sum(
             [float(s["bad_validations"]) if self.dist.is_main else 0.0], self.dist, self.device)[0])
         distributed.barrier(self.dist)
-
-    def test(self) -> dict | None:
-        """Score the best checkpoint on the test split (translation with test data; main process only)."""
-        lm = self.cfg.data.task == "lm"
-        test = self.data.test if lm else self.data.test_text
-        if not self.dist.is_main or not test:
-            return None
-        from seqmap.evaluation import evaluate_pairs
-        from seqmap.runs import LoadedRun
-
-        best = self.checkpoints.best() or self.checkpoints.latest()
-        load_checkpoint(best, model=self.model)
-        if lm:
-            windows = lm_batches(test, eval_context(self.cfg.data), self.cfg.train.batch_size)
-            nll, n = summed_nll(self.model.eval(), windows, self.device)
-            result = {"loss": nll / n, "ppl": math.exp(nll / n), "tokens": n}
-            self.log.metrics("test", self.state["step"], **result)
-            self.log.info(f"test ({n} tokens, {best.name}): loss {result['loss']:.4f} ppl {result['ppl']:.2f}")
-            return result
-        run = LoadedRun(self.cfg, self.model.eval(), self.data.src_tok, self.data.tgt_tok, best, self.device)
-        result = evaluate_pairs(run, [s for s, _ in test], [t for _, t in test], out=self.run_dir / "test.hyp")
-        self.log.metrics("test", self.state["step"], **result)
-        self.log.info(f"test ({len(test)} sentences, {best.name}): BLEU {result['bleu']:.2f} chrF "
-                      f"{result['chrf']:.2f} TER {result['ter']:.2f} ppl {result['ppl']:.2f}")
-        self.log.info(f"  {result['bleu_signature']}")
-        self.log.info(f"  hypotheses in {self.run_dir / 'test.hyp'}")
-        return result
+        return saved
 
     def close(self) -> None:
         self.log.close()
         distributed.teardown(self.dist)
 
 
-def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, stream=None) -> dict:
-    """Train ``cfg`` into ``run_dir`` (or continue the run there with ``resume=True``)."""
-    trainer = Trainer(cfg, Path(run_dir), resume=resume, stream=stream)
+def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, stream=None,
+          test: Callable[[RunTrainer], dict | None] | None = None) -> dict:
+    """Train ``cfg`` into ``run_dir`` (or continue the run there with ``resume=True``).
+
+    ``test(run_trainer)``, when given, scores the best checkpoint on the test split once training
+    stops (main process only; ``seqmap.evaluation.evaluate_test_split``); its result is ``result["test"]``.
+    """
+    trainer = RunTrainer(cfg, Path(run_dir), resume=resume, stream=stream)
     try:
         result = trainer.run()
-        result["test"] = trainer.test()
+        result["test"] = test(trainer) if test is not None and trainer.dist.is_main else None
         return result
     finally:
         trainer.close()

@@ -17,6 +17,7 @@ import yaml
 from seqmap.cli import main
 from seqmap.config import RunConfig, from_dict
 from seqmap.data.tokenizers import load_tokenizer
+from seqmap.evaluation import evaluate_test_split
 from seqmap.training import trainer as trainer_module
 from seqmap.training.runlog import read_metrics
 from seqmap.training.trainer import TrainingError, train
@@ -67,7 +68,8 @@ def train_losses(run_dir: Path) -> dict[int, float]:
 
 
 def test_run_directory_explains_itself(corpus, tmp_path):
-    result = train(from_dict(RunConfig, config(corpus)), tmp_path / "run", stream=open(os.devnull, "w"))
+    result = train(from_dict(RunConfig, config(corpus)), tmp_path / "run", stream=open(os.devnull, "w"),
+                   test=evaluate_test_split)
     run = tmp_path / "run"
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["model"]["src_vocab"] > 10 and saved["model"]["tgt_vocab"] == saved["model"]["src_vocab"]
@@ -237,7 +239,7 @@ def test_language_model_trains_and_generates(tmp_path, capsys):
            "data": {"task": "lm", "tokenizer": "char", "train": str(tmp_path / "train.txt"),
                     "valid": str(tmp_path / "valid.txt"), "test": str(tmp_path / "valid.txt"), "context": 32},
            "train": {"max_steps": 40, "batch_size": 8, "lr": 3e-3, "warmup": 5, "valid_every": 40, "log_every": 10}}
-    result = train(from_dict(RunConfig, cfg), tmp_path / "lm", stream=open(os.devnull, "w"))
+    result = train(from_dict(RunConfig, cfg), tmp_path / "lm", stream=open(os.devnull, "w"), test=evaluate_test_split)
     assert result["step"] == 40
     tok = load_tokenizer(tmp_path / "lm" / "tokenizer")
     assert tok.decode(tok.encode("be,\nthat")) == "be,\nthat"  # the newline is a character it knows
@@ -310,7 +312,7 @@ def test_stateful_recurrent_lm_trains_over_epochs_and_needs_rnn_lm(tmp_path, cap
                     "valid": str(tmp_path / "valid.txt"), "context": 16, "eval_context": 200},
            "train": {"stateful": True, "max_steps": 200, "batch_size": 4, "lr": 1e-2, "warmup": 5,
                      "valid_every": 200, "log_every": 10}}
-    result = train(from_dict(RunConfig, cfg), tmp_path / "lm", stream=open(os.devnull, "w"))
+    result = train(from_dict(RunConfig, cfg), tmp_path / "lm", stream=open(os.devnull, "w"), test=evaluate_test_split)
     assert result["step"] == 200
     assert read_metrics(tmp_path / "lm", "train")[-1]["epoch"] == 199 // 26  # 1680 chars / 4 rows: 26 windows
     assert read_metrics(tmp_path / "lm", "valid")[-1]["ppl"] < 6  # 16 distinct characters
