@@ -53,3 +53,18 @@ def test_bad_yaml_and_bad_values_are_one_line_errors(tmp_path):
     assert out.returncode == 2 and "bad.yaml" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     out = seqmap_cli("toy", str(CONFIG), "--toy.task", "rotate")
     assert out.returncode == 2 and "toy.task" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_help_lists_every_verb():
+    out = seqmap_cli("--help")
+    assert out.returncode == 0
+    for verb in ("train", "translate", "evaluate", "generate", "average", "data", "plot", "toy", "serve"):
+        assert f"    {verb} " in out.stdout or f"    {verb}\n" in out.stdout, verb
+
+
+def test_each_verb_reads_in_one_screen():
+    """The command line is a package with one module per verb (``seqmap/cli/``), none of them long."""
+    package = Path(seqmap.__file__).parent / "cli"
+    lengths = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in package.glob("*.py")}
+    assert {"train.py", "translate.py", "evaluate.py", "generate.py", "plot.py", "toy.py"} <= set(lengths)
+    assert max(lengths.values()) <= 150, lengths

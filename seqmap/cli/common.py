@@ -1,0 +1,53 @@
+"""What several commands share: the user error, ``--threads``, the options of a command on a trained run."""
+
+from __future__ import annotations
+
+import argparse
+
+USAGE_ERROR = 2
+
+
+class UserError(Exception):
+    """A mistake the user can fix; printed as one line, exit status 2."""
+
+
+def threads(n: int | None) -> int:
+    """Set torch's CPU threads to ``n`` (``--threads``; None: torch's choice); return the number in use."""
+    import torch
+
+    if n is not None:
+        if n <= 0:
+            raise UserError(f"--threads must be > 0, got {n}")
+        torch.set_num_threads(n)
+    return torch.get_num_threads()
+
+
+def run_parser(commands, name: str, help_: str, description: str, epilog: str) -> argparse.ArgumentParser:
+    """A subcommand on a trained run: RUN_DIR, --checkpoint, --device, --threads."""
+    p = commands.add_parser(name, allow_abbrev=False, help=help_, description=description, epilog=epilog,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (or one checkpoint directory)")
+    p.add_argument("--checkpoint", default="best", help="best (default), last, or a checkpoint directory")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    return p
+
+
+def load(args: argparse.Namespace):
+    """The trained run that ``run_parser``'s options name."""
+    from seqmap.runs import load_run
+
+    threads(getattr(args, "threads", None))
+    return load_run(args.run_dir, args.checkpoint, args.device)
+
+
+def decode_config(run, args: argparse.Namespace):
+    """The run's decode config with ``--decode.KEY VALUE`` overrides; other sections cannot change here."""
+    from seqmap.config import DecodeConfig, apply_overrides, from_dict, to_dict
+
+    overrides = apply_overrides({}, args.overrides)
+    other = [key for key in overrides if key != "decode"]
+    if other:
+        raise UserError(f"only --decode.* options can be overridden here, got --{other[0]}.*")
+    values = {**to_dict(run.cfg.decode), **overrides.get("decode", {})}
+    return from_dict(DecodeConfig, values, "decode")

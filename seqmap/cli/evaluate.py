@@ -1,0 +1,55 @@
+"""``seqmap evaluate RUN_DIR --src FILE --ref FILE``: sacreBLEU BLEU, chrF, TER and the reference perplexity."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from seqmap.cli.common import UserError, decode_config, load, run_parser
+
+
+def add_parser(commands) -> None:
+    evaluate = run_parser(
+        commands, "evaluate", "score a trained run on a test set (sacreBLEU BLEU, chrF, TER, perplexity)",
+        "Translate --src, score against --ref with sacreBLEU (BLEU tokenizer chosen by the target\n"
+        "language: zh for Chinese, 13a otherwise) and report the reference perplexity.",
+        "example:\n  seqmap evaluate runs/de-en --src data/multi30k/test2016.de --ref data/multi30k/test2016.en")
+    evaluate.add_argument("--src", required=True, help="source sentences, one per line")
+    evaluate.add_argument("--ref", required=True, help="reference translations, aligned with --src")
+    evaluate.add_argument("--out", help="where to write the hypotheses (default: RUN_DIR/eval/SRC.hyp)")
+    evaluate.add_argument("--nbest", type=int, default=1, help="also write N-best lists to OUT.nbest")
+    evaluate.add_argument("--tokenize", help="sacreBLEU tokenizer (default: zh for Chinese targets, else 13a)")
+    evaluate.add_argument("--tok-ref", metavar="TOK_REF",
+                          help="also report BLEU on Moses-tokenized lowercased text against this reference "
+                               "(e.g. Multi30k's test2016.lc.norm.tok.en), as most Multi30k papers do")
+    evaluate.add_argument("--compare", metavar="OTHER_HYPS",
+                          help="paired bootstrap significance test against another system's hypotheses")
+    evaluate.set_defaults(handler=cmd_evaluate)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from seqmap.evaluation import evaluate_files
+
+    run = load(args)
+    if run.src_tok is None:
+        raise UserError(f"{args.run_dir} is a language model; evaluate needs a translation run")
+    out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")
+    try:
+        result = evaluate_files(run, args.src, args.ref, decode_config(run, args), out, n_best=args.nbest,
+                                tokenize=args.tokenize, compare_with=args.compare, tok_ref=args.tok_ref)
+    except ValueError as e:  # a bad --tokenize, --nbest beyond the beam, hypotheses of another length
+        raise UserError(str(e)) from None
+    print(f"BLEU = {result['bleu']:.2f}   {result['bleu_signature']}")
+    print(f"chrF = {result['chrf']:.2f}   {result['chrf_signature']}")
+    print(f"TER  = {result['ter']:.2f}   {result['ter_signature']}")
+    if "bleu_lc_tok" in result:
+        print(f"BLEU (tokenized, lowercased) = {result['bleu_lc_tok']:.2f}   {result['bleu_lc_tok_signature']}")
+    print(f"reference perplexity = {result['ppl']:.2f}")
+    print(f"{result['sentences']} hypotheses written to {out}")
+    if "nbest_file" in result:
+        print(f"{args.nbest}-best lists written to {result['nbest_file']}")
+    if "compare" in result:
+        c = result["compare"]
+        print(f"paired bootstrap against {args.compare}: BLEU {c['bleu']:.2f} vs {c['other_bleu']:.2f}, "
+              f"p = {c['p_value']:.4f}   {c['signature']}")
+    return 0

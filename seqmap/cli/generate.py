@@ -1,0 +1,33 @@
+"""``seqmap generate RUN_DIR --prompt TEXT``: continue a prompt with a trained language model."""
+
+from __future__ import annotations
+
+import argparse
+
+from seqmap.cli.common import UserError, decode_config, load, run_parser
+
+
+def add_parser(commands) -> None:
+    generate = run_parser(
+        commands, "generate", "continue a prompt with a trained language model",
+        "Sample a continuation of --prompt (temperature, top-k, top-p from the run's decode config,\n"
+        "or --decode.temperature / --decode.top_k / --decode.top_p / --decode.max_new_tokens).",
+        "example:\n  seqmap generate runs/shakespeare --prompt \"ROMEO:\" --decode.max_new_tokens 300")
+    generate.add_argument("--prompt", default="", help="text to continue")
+    generate.add_argument("--seed", type=int, default=0, help="sampling seed (same seed, same text)")
+    generate.add_argument("--greedy", action="store_true",
+                          help="search (greedy, or beam with --decode.beam_size) instead of sampling")
+    generate.set_defaults(handler=cmd_generate)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from seqmap.decoding.text import generate_texts
+
+    run = load(args)
+    if run.src_tok is not None:
+        raise UserError(f"{args.run_dir} is a translation model; use `seqmap translate` instead")
+    decode = decode_config(run, args)
+    (text,) = generate_texts(run.model, run.tgt_tok, [args.prompt], decode, sample=not args.greedy, seed=args.seed,
+                             device=run.device)
+    print(args.prompt + text)
+    return 0

@@ -1,0 +1,67 @@
+"""``seqmap plot attention | curves | positional``: heatmaps, learning curves, positional encodings."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from seqmap.cli.common import UserError
+
+
+def add_parser(commands) -> None:
+    plot = commands.add_parser(
+        "plot", allow_abbrev=False, help="attention heatmaps, learning curves, positional encodings",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="attention RUN_DIR --text T: heatmaps of what each output token attended to\n"
+                    "  (source x output; Transformers: every layer and head, or --layer/--head;\n"
+                    "  --self encoder for the encoder's self-attention).\n"
+                    "curves RUN_DIR: training and validation curves from metrics.jsonl.\n"
+                    "positional: the sinusoidal encoding and the RoPE rotation for a width.\n"
+                    "The format follows --out's suffix: .png or .svg.",
+        epilog="examples:\n  seqmap plot attention runs/en-zh --text \"I love machine learning.\" --out attn.png\n"
+               "  seqmap plot curves runs/en-zh --out curves.svg\n"
+               "  seqmap plot positional --d-model 128 --length 100 --out positional.png")
+    plot.add_argument("what", choices=["attention", "curves", "positional"])
+    plot.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run directory (attention, curves)")
+    plot.add_argument("--out", required=True, help="output image, .png or .svg")
+    plot.add_argument("--text", help="attention: the source sentence (an LM: the text)")
+    plot.add_argument("--hyp", help="attention: force this output instead of decoding one")
+    plot.add_argument("--layer", type=int, help="attention: one layer (default: all)")
+    plot.add_argument("--head", help="attention: one head, or 'mean' (default: all)")
+    plot.add_argument("--self", choices=["encoder", "decoder"], help="attention: self-attention instead of cross")
+    plot.add_argument("--checkpoint", default="best", help="attention: best (default), last or a directory")
+    plot.add_argument("--title", help="figure title")
+    plot.add_argument("--d-model", type=int, default=128, help="positional: width (default 128)")
+    plot.add_argument("--length", type=int, default=100, help="positional: positions (default 100)")
+    plot.add_argument("--head-dim", type=int, help="positional: RoPE head width (default: d-model)")
+    plot.set_defaults(handler=cmd_plot)
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from seqmap import visualize
+
+    try:
+        _plot(args, visualize)
+    except (FileNotFoundError, ValueError) as e:  # a wrong path, suffix or option: the message says which
+        raise UserError(str(e)) from None
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _plot(args: argparse.Namespace, visualize) -> None:
+    out = Path(args.out)
+    if args.what == "positional":
+        visualize.plot_positional(args.d_model, args.length, out, head_dim=args.head_dim)
+    elif args.run_dir is None:
+        raise UserError(f"seqmap plot {args.what} needs a RUN_DIR")
+    elif args.what == "curves":
+        visualize.plot_curves(args.run_dir, out, title=args.title)
+    else:
+        if not args.text:
+            raise UserError("seqmap plot attention needs --text SENTENCE")
+        from seqmap.runs import load_run
+
+        run = load_run(args.run_dir, args.checkpoint)
+        head = args.head if args.head in (None, "mean") else int(args.head)
+        visualize.plot_run_attention(run, args.text, out, hypothesis=args.hyp, which=args.self or "cross",
+                                     layer=args.layer, head=head, title=args.title)

@@ -1,0 +1,56 @@
+"""``seqmap train CONFIG`` / ``seqmap train --resume RUN_DIR``: train on your text, then score the test split."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from seqmap.cli.common import UserError, threads
+from seqmap.config import load_config
+
+
+def add_parser(commands) -> None:
+    train = commands.add_parser(
+        "train", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="train a model on your own text from one config file",
+        description="Train the model described by CONFIG (model:, data:, train:, decode: sections).\n"
+                    "The run directory gets the resolved config, tokenizer, log, metrics and checkpoints.\n"
+                    "Override any config key with --section.key VALUE.",
+        epilog="examples:\n  seqmap train configs/tatoeba_en_zh.yaml --run-dir runs/en-zh --train.max_steps 2000\n"
+               "  seqmap train --resume runs/en-zh\n"
+               "  torchrun --nproc_per_node 2 -m seqmap train CONFIG   (several processes / GPUs)")
+    train.add_argument("config", nargs="?", help="YAML run config")
+    train.add_argument("--run-dir", help="where the run is written (default: runs/CONFIG_NAME)")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    train.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    train.set_defaults(handler=cmd_train)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from seqmap.evaluation import evaluate_test_split
+    from seqmap.training.trainer import train
+
+    threads(args.threads)
+    if args.resume:
+        run_dir = Path(args.resume)
+        if args.config is not None:
+            raise UserError("give either CONFIG or --resume RUN_DIR (a resumed run reads RUN_DIR/config.yaml)")
+        if not (run_dir / "config.yaml").is_file():
+            raise UserError(f"--resume {run_dir}: no config.yaml there; is it a run directory?")
+        cfg = load_config(run_dir / "config.yaml", args.overrides)
+    else:
+        if args.config is None:
+            raise UserError("give a CONFIG file to train, or --resume RUN_DIR to continue a run")
+        cfg = load_config(args.config, args.overrides)
+        run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / Path(args.config).stem
+    result = train(cfg, run_dir, resume=bool(args.resume), test=evaluate_test_split)
+    test = result.get("test")
+    summary = {"run_dir": str(run_dir), "steps": result["step"], "best": result["best"],
+               "train_minutes": round(result["train_seconds"] / 60, 2), "stop": result["stop_reason"]}
+    if test and "bleu" in test:
+        summary.update(test_bleu=round(test["bleu"], 2), test_chrf=round(test["chrf"], 2))
+    elif test:
+        summary.update(test_ppl=round(test["ppl"], 2))
+    print("result " + json.dumps(summary, ensure_ascii=False))
+    return 0

@@ -1,0 +1,80 @@
+"""``seqmap translate RUN_DIR [TEXT ...] [--input FILE]``: translate sentences (stdin if none are given)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from seqmap.cli.common import UserError, decode_config, load, run_parser
+
+
+def add_parser(commands) -> None:
+    translate = run_parser(
+        commands, "translate", "translate sentences with a trained run",
+        "Translate sentences given as arguments, in a file (--input), or on stdin, one per line.\n"
+        "Decoding options come from the run's config; override them with --decode.KEY VALUE\n"
+        "(--decode.beam_size 5 --decode.length_penalty 1.0 for beam search).",
+        "examples:\n  seqmap translate runs/en-zh \"I love machine learning.\"\n"
+        "  seqmap translate runs/en-zh --input test.en > test.hyp")
+    translate.add_argument("text", nargs="*", help="sentences to translate")
+    translate.add_argument("--input", help="a file of sentences, one per line")
+    translate.add_argument("--nbest", type=int, default=1,
+                           help="print N best translations as `i ||| text ||| score` (needs --decode.beam_size >= N)")
+    translate.add_argument("--prefix", help="force every translation to start with this target text")
+    translate.add_argument("--sample", action="store_true", help="sample (temperature/top-k/top-p) instead of search")
+    translate.add_argument("--seed", type=int, default=0, help="sampling seed")
+    translate.add_argument("--align", action="store_true",
+                           help="also print, per output token, the source token it attends to most")
+    translate.add_argument("--align-layer", type=int, default=-1, help="layer whose heads --align averages")
+    translate.set_defaults(handler=cmd_translate)
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    from seqmap.decoding.text import translate_nbest
+
+    run = load(args)
+    if run.src_tok is None:
+        raise UserError(f"{args.run_dir} is a language model; use `seqmap generate` instead")
+    texts = _read_inputs(args)
+    decode = decode_config(run, args)
+    prefixes = None if args.prefix is None else [run.tgt_tok.encode(args.prefix)] * len(texts)
+    try:
+        nbest = translate_nbest(run.model, [run.src_tok.encode(t) for t in texts], decode, n_best=args.nbest,
+                                prefixes=prefixes, sample=args.sample, seed=args.seed, device=run.device)
+    except ValueError as e:  # e.g. --nbest larger than the beam
+        raise UserError(str(e)) from None
+    for i, (text, entries) in enumerate(zip(texts, nbest)):
+        if args.nbest > 1:
+            for e in entries:
+                print(f"{i} ||| {run.tgt_tok.decode(e.output)} ||| {e.normalized:.4f}")
+        else:
+            print(run.tgt_tok.decode(entries[0].output))
+        if args.align:
+            _print_alignment(run, text, entries[0].output, args.align_layer)
+    return 0
+
+
+def _read_inputs(args: argparse.Namespace) -> list[str]:
+    if args.text and args.input:
+        raise UserError("give sentences as arguments or --input FILE, not both")
+    if args.text:
+        return list(args.text)
+    if args.input:
+        from seqmap.data.corpus import read_lines
+
+        return read_lines(args.input, "--input")
+    if sys.stdin is None or sys.stdin.isatty():
+        raise UserError("nothing to translate: give TEXT arguments, --input FILE, or pipe sentences into stdin")
+    return [line.rstrip("\n") for line in sys.stdin]
+
+
+def _print_alignment(run, text: str, hyp_ids: list[int], layer: int) -> None:
+    """Per output token, the source token it attends to most (stderr), and i-j pairs (stdout)."""
+    from seqmap.decoding.align import align_sentence
+
+    alignment = align_sentence(run.model, run.src_tok, run.tgt_tok, text, hyp_ids, layer=layer, device=run.device)
+    if alignment is None:
+        raise UserError("--align needs a model with attention (this RNN has rnn_attention=none)")
+    print(f"  alignment: {alignment.pairs}")
+    for line in alignment.lines:
+        print(f"    {line}")
