@@ -9,6 +9,7 @@ import yaml
 from seqmap.config import ConfigError, ModelConfig
 from seqmap.data.synthetic import BOS, EOS, PAD, SyntheticTask
 from seqmap.training.toy import ToyConfig, ToyRun, lm_sequences, train_toy
+from seqmap.training.trainer import Trainer
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "toy"
 
@@ -21,6 +22,24 @@ def test_a_hundred_steps_lower_the_loss(tiny_transformer_cfg):
     assert all(torch.isfinite(torch.tensor(metrics["losses"])))
     assert 0.0 <= metrics["exact_match"] <= metrics["token_accuracy"] <= 1.0
     assert metrics["eval_size"] == 20 and len(metrics["examples"]) == 3
+
+
+@pytest.mark.parametrize("family", ["transformer", "lm"])
+def test_the_toy_trains_through_the_one_trainer(family, monkeypatch):
+    """No second training loop: every toy step is a ``Trainer.step`` on one batch of the task."""
+    steps, real = [], Trainer.step
+
+    def counted(self, micro_batches):
+        steps.append([b.n_tokens for b in micro_batches])
+        return real(self, micro_batches)
+
+    monkeypatch.setattr(Trainer, "step", counted)
+    model = ModelConfig(family=family, d_model=16, n_heads=2, d_ff=32, enc_layers=1, dec_layers=1, dropout=0.0)
+    toy = ToyConfig(task="copy", vocab=8, min_len=2, max_len=4, steps=3, batch_size=4, warmup=1, eval_size=4,
+                    log_every=0)
+    metrics = train_toy(model, toy, log=None)
+    assert len(steps) == 3 and all(len(micro) == 1 and micro[0] > 0 for micro in steps)
+    assert len(metrics["losses"]) == 3
 
 
 def test_lm_runs_end_to_end():
