@@ -239,6 +239,13 @@ class TrainConfig:
             raise ConfigError("train.keep_last must be >= 1 (the latest checkpoint is needed to resume)")
 
 
+# Fixed ranges beyond which decoding has no meaning and its float arithmetic breaks (found by
+# tests/serve/test_fuzz.py); the server's request schema declares the same ranges.
+MAX_LENGTH_PENALTY = 10.0  # GNMT alpha: ((5 + length) / 6) ** alpha overflows a float near alpha = 140
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 1e4  # log-probs / t in float32: t = 1e-300 rounds to 0, 1e308 to inf
+MIN_TOP_P = 1e-6  # a smaller top_p rounds to 0 in float32 and drops every token (1e-6 already keeps the best alone)
+
+
 @dataclass
 class DecodeConfig:
     """How `translate`, `evaluate` and validation decode."""
@@ -256,10 +263,14 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         for name in ("beam_size", "max_tokens", "max_new_tokens"):
             _positive("decode", name, getattr(self, name))
-        if self.temperature <= 0:
-            raise ConfigError(f"decode.temperature must be > 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"decode.top_p must be in (0, 1], got {self.top_p}")
+        if not MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE:
+            raise ConfigError(f"decode.temperature must be in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], "
+                              f"got {self.temperature}")
+        if not MIN_TOP_P <= self.top_p <= 1.0:
+            raise ConfigError(f"decode.top_p must be in [{MIN_TOP_P:g}, 1] (1 = off), got {self.top_p}")
+        if not 0.0 <= self.length_penalty <= MAX_LENGTH_PENALTY:
+            raise ConfigError(f"decode.length_penalty must be in [0, {MAX_LENGTH_PENALTY:g}] (0 = none, "
+                              f"1 = the usual), got {self.length_penalty}")
 
 
 @dataclass

@@ -5,6 +5,7 @@ import pytest
 from seqmap.config import (
     ConfigError,
     DataConfig,
+    DecodeConfig,
     ModelConfig,
     RunConfig,
     TrainConfig,
@@ -100,3 +101,16 @@ def test_cross_section_checks_name_both_options():
                               "data": {"task": "lm", "context": 256, "eval_context": 512}})
     from_dict(RunConfig, {"model": {"positional": "learned", "max_len": 65}, "data": {"max_len": 64}})
     from_dict(RunConfig, {"model": {"family": "rnn_lm"}, "data": {"task": "lm"}})
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"temperature": 1e-300}, "decode.temperature must be in"),
+    ({"temperature": 1e308}, "decode.temperature must be in"),
+    ({"top_p": 5e-324}, "decode.top_p must be in"),
+    ({"length_penalty": 1.4e308}, "decode.length_penalty must be in"),
+    ({"length_penalty": -1.0}, "decode.length_penalty must be in"),
+])
+def test_decode_values_whose_float_arithmetic_breaks_are_rejected(override, message):
+    # the same ranges the server's request schema declares (a 1e-300 temperature gave NaN probabilities)
+    with pytest.raises(ConfigError, match=message):
+        DecodeConfig(**override)

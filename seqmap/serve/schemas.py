@@ -21,10 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# Fixed ranges beyond which decoding has no meaning and the arithmetic breaks (found by tests/serve/test_fuzz.py):
-MAX_LENGTH_PENALTY = 10.0  # GNMT alpha: ((5 + length) / 6) ** alpha overflows a float near alpha = 140
-MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 1e4  # log-probs / t in float32: t = 1e-300 rounds to 0, 1e308 to inf
-MIN_TOP_P = 1e-6  # a smaller top_p rounds to 0 in float32 and drops every token (1e-6 already keeps the best alone)
+from seqmap.config import MAX_LENGTH_PENALTY, MAX_TEMPERATURE, MIN_TEMPERATURE, MIN_TOP_P
+
 MAX_SEED = 2**64 - 1  # the largest seed torch.Generator.manual_seed takes
 
 
