@@ -5,12 +5,17 @@ every family: encode the source once, then call ``decode_step`` one token at a
 time, threading the decoder state through. A decoder-only model has no source
 (``src=None``); give it a ``prompt`` instead. ``decode_loop`` is the shared loop;
 ``choose`` picks the token (greedy here, sampling in ``seqmap.decoding.sampling``).
+
+Prompts of one length are fed as one (B, P) tensor. Prompts of unequal length
+(a list) are each fed alone and their states stacked (``prefill_each``), for a
+model whose decoder state offers ``stack`` (the decoder-only and RNN language
+models); every row then decodes as it would alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -97,6 +102,38 @@ def stack_steps(steps: list[Tensor]) -> Tensor:
     return torch.cat([pad_keys(a, keys) for a in steps], dim=-2)
 
 
+def prefill_each(model, memory, prompts: Sequence[Tensor], *,
+                 need_attention: bool = False) -> tuple[Tensor, Any, Tensor | None]:
+    """Feed each prompt (P_b,) alone, then stack the states: one batch of rows of unequal length.
+
+    Each row's logits are exactly those of its prompt alone. The state class must
+    offer ``stack(states)`` (a classmethod); ``memory`` has one row per prompt.
+
+    Returns:
+        (logits (B, 1, V) after each prompt's last token, the stacked state,
+        attention (B, L, H, 1, max P_b) of each last token, zero past a row's own
+        keys, or None).
+    """
+    if not prompts or any(p.dim() != 1 or p.numel() == 0 for p in prompts):
+        raise ValueError(f"prompts must be 1-D and non-empty, got shapes {[tuple(p.shape) for p in prompts]}")
+    logits, states, attention = [], [], []
+    for b, prompt in enumerate(prompts):
+        row = torch.tensor([b], device=prompt.device)
+        out, state, attn = model.decode_step(prompt[None], memory.index_select(row), None,
+                                             need_attention=need_attention)
+        logits.append(out[:, -1:])
+        states.append(state)
+        attention.append(last_query(attn))
+    stack = getattr(type(states[0]), "stack", None)
+    if stack is None:
+        raise ValueError(f"{type(model).__name__} cannot batch prompts of unequal length (its "
+                         f"{type(states[0]).__name__} has no stack); group them by length")
+    if attention[0] is None:
+        return torch.cat(logits), stack(states), None
+    keys = max(a.size(-1) for a in attention)
+    return torch.cat(logits), stack(states), torch.cat([pad_keys(a, keys) for a in attention])
+
+
 @torch.no_grad()
 def greedy(
     model,
@@ -124,8 +161,9 @@ def greedy(
             (B,) tensor of per-row limits (e.g. a * source length + b).
         pad: id written after a row's EOS.
         prompt: (B, P) forced first tokens, fed in one ``decode_step`` call
-            (BOS included if the model expects it). Rows share one length P, so
-            group prompts by length. Not part of the returned tokens.
+            (BOS included if the model expects it), or a list of B 1-D prompts of
+            any lengths, fed one at a time (see ``prefill_each``). Not part of the
+            returned tokens.
         need_attention: also return the attention of every step (see ``GreedyResult``).
         banned: ids never generated (see ``next_log_probs``); text-level decoding bans PAD, BOS and UNK.
 
@@ -138,21 +176,30 @@ def greedy(
 
 @torch.no_grad()
 def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int, eos: int, max_len: int | Tensor,
-                pad: int = 0, prompt: Tensor | None = None, choose: Choose = pick_best,
+                pad: int = 0, prompt: Tensor | Sequence[Tensor] | None = None, choose: Choose = pick_best,
                 need_attention: bool = False, banned: Sequence[int] = ()) -> GreedyResult:
-    """One token per row per step, chosen by ``choose`` from the log-probabilities (greedy, sampling)."""
-    step_input = start_tokens(src, prompt, bos)  # (B, P) at first, then (B, 1)
-    batch, device = step_input.size(0), step_input.device
+    """One token per row per step, chosen by ``choose`` from the log-probabilities (greedy, sampling).
+
+    ``prompt``: (B, P), or a list of B 1-D prompts of any lengths (see ``greedy``).
+    """
+    ragged = prompt is not None and not isinstance(prompt, Tensor)
+    step_input = None if ragged else start_tokens(src, prompt, bos)  # (B, P)
+    if ragged and not prompt:
+        raise ValueError("prompt is an empty list; give at least one prompt")
+    batch = len(prompt) if ragged else step_input.size(0)
+    device = prompt[0].device if ragged else step_input.device
     limits = max_lengths(max_len, batch).to(device)
 
     memory = model.encode(src, src_mask)
-    state = None
+    if ragged:
+        logits, state, attn = prefill_each(model, memory, prompt, need_attention=need_attention)
+    else:
+        logits, state, attn = model.decode_step(step_input, memory, None, need_attention=need_attention)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     scores = torch.zeros(batch, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
     out, attention = [], []
     for step in range(int(limits.max())):
-        logits, state, attn = model.decode_step(step_input, memory, state, need_attention=need_attention)
         log_probs = next_log_probs(logits, banned)  # (B, V)
         best, best_score = choose(log_probs)  # (B,), (B,)
         best = best.masked_fill(finished, pad)
@@ -164,5 +211,5 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
         finished |= (best == eos) | (limits <= step + 1)
         if bool(finished.all()):
             break
-        step_input = best[:, None]  # (B, 1)
+        logits, state, attn = model.decode_step(best[:, None], memory, state, need_attention=need_attention)
     return GreedyResult(torch.stack(out, dim=1), scores, lengths, stack_steps(attention) if attention else None)

@@ -4,11 +4,14 @@ Embedding, a multi-layer RNN/LSTM/GRU, dropout, output projection (optionally ti
 the embedding, through a Linear to emb_size when the widths differ). There is no
 source: ``encode`` returns an empty memory and a prompt is fed through
 ``decode_step``; the decoder state is the recurrent hidden state, so generation
-costs the same per token however long the text (no cache grows).
+costs the same per token however long the text (no cache grows). Rows that have
+read different numbers of tokens share a batch by stacking their hidden states
+(``RNNLMState.stack``): a row's state is its own, so nothing needs padding.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +23,8 @@ from seqmap.nn.dropout import Dropout
 
 @dataclass
 class RNNLMState:
-    """The RNN's hidden state (a tensor, or (h, c) for an LSTM; batch on dim 1) and tokens consumed."""
+    """The RNN's hidden state (a tensor, or (h, c) for an LSTM; batch on dim 1) and tokens consumed
+    (by the longest row, after ``stack``)."""
 
     hidden: Tensor | tuple[Tensor, Tensor] | None = None
     position: int = 0
@@ -28,6 +32,16 @@ class RNNLMState:
     def reorder(self, index: Tensor, *, same_sources: bool = False) -> None:
         """Keep batch rows ``index`` (B',) in that order; ``same_sources`` changes nothing (no source)."""
         self.hidden = map_tensors(lambda t: t.index_select(1, index), self.hidden)
+
+    @classmethod
+    def stack(cls, states: Sequence[RNNLMState]) -> RNNLMState:
+        """One state for the rows of ``states`` in order, each having read any number of tokens."""
+        hidden = [s.hidden for s in states]
+        if isinstance(hidden[0], tuple):  # LSTM: (h, c)
+            hidden = tuple(torch.cat(parts, dim=1) for parts in zip(*hidden))
+        else:
+            hidden = torch.cat(hidden, dim=1)
+        return cls(hidden, max(s.position for s in states))
 
     def detach_(self) -> None:
         """Cut the graph behind the hidden state (truncated back-propagation through time)."""

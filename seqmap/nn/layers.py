@@ -104,12 +104,16 @@ class EncoderLayer(_Residual):
         self.pre_norm, self.causal = pre_norm, causal
 
     def forward(self, x: Tensor, mask: Tensor | None = None, *, positional: PositionalEncoding | None = None,
-                offset: int = 0, cache: KVCache | None = None, need_weights: bool = False
-                ) -> tuple[Tensor, Tensor | None]:
-        """x (B, T, D), mask broadcastable to (B, H, T, S) -> (x (B, T, D), self-attention weights or None)."""
+                offset: int = 0, positions: Tensor | None = None, cache: KVCache | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """x (B, T, D), mask broadcastable to (B, H, T, S) -> (x (B, T, D), self-attention weights or None).
+
+        ``offset`` and ``positions`` (per-row positions of left-padded rows) as in
+        ``MultiHeadAttention.self_attention``.
+        """
         h, weights = self.self_attn.self_attention(
             self._in(x, self.norm1), mask, causal=self.causal, positional=positional,
-            offset=offset, cache=cache, need_weights=need_weights)
+            offset=offset, positions=positions, cache=cache, need_weights=need_weights)
         x = self._out(x, h, self.norm1)
         x = self._out(x, self.ff(self._in(x, self.norm2)), self.norm2)
         return x, weights

@@ -9,6 +9,8 @@ source (see ``project_memory``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -65,6 +67,24 @@ class KVCache:
                     store[:, :, filled].index_copy_(0, moved, store[source, :, filled])
             return
         self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+
+    @classmethod
+    def stack(cls, caches: Sequence[KVCache]) -> KVCache:
+        """The rows of ``caches`` (in order) in one cache, right-aligned to the longest.
+
+        A cache of n < N entries gets N - n zero slots on the left of each of its rows:
+        slots that hold no key, which attention must mask (``key_mask``).
+        """
+        assert all(c.k is not None for c in caches), "stack caches that hold keys"
+        length = max(c.length for c in caches)
+
+        def aligned(store: Tensor, n: int) -> Tensor:  # (b, Hkv, n, Dh) -> (b, Hkv, length, Dh)
+            return F.pad(store[:, :, :n], (0, 0, length - n, 0))
+
+        stacked = cls()
+        stacked.append(torch.cat([aligned(c.k, c.length) for c in caches]),
+                       torch.cat([aligned(c.v, c.length) for c in caches]))
+        return stacked
 
 
 class MultiHeadAttention(nn.Module):
@@ -123,6 +143,7 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         positional: PositionalEncoding | None = None,
         offset: int = 0,
+        positions: Tensor | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
@@ -134,6 +155,12 @@ class MultiHeadAttention(nn.Module):
             causal: forbid attending to later positions.
             positional: scheme supplying rotations / biases (``seqmap.nn.positional``).
             offset: absolute position of x's first token (the cache length when decoding).
+                With ``positions`` it is the slot of x's first token in the cache instead.
+            positions: (B, T) each row's own positions of x's tokens, for rows padded on the
+                left (the first slots of a row hold no token; ``mask`` hides them). Rotary
+                turns queries and new keys by these; relative biases use slot numbers, whose
+                differences within a row equal position differences. None: every row at
+                positions offset, offset + 1, ...
             cache: if given, new keys/values are appended and all are attended to.
         Returns:
             (output (B, T, D), weights (B, H, T, S) or None).
@@ -142,8 +169,9 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self._split(q, self.n_heads), self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
         bias = value_positional = None
         if positional is not None:
-            q_pos = torch.arange(offset, offset + x.size(1), device=x.device)
-            q, k = positional.rotate(q, q_pos), positional.rotate(k, q_pos)
+            q_pos = torch.arange(offset, offset + x.size(1), device=x.device)  # (T,) slots
+            turn = q_pos if positions is None else positions
+            q, k = positional.rotate(q, turn), positional.rotate(k, turn)
         if cache is not None:
             k, v = cache.append(k, v)
         if positional is not None:

@@ -3,16 +3,22 @@
 Every scheme implements the same four hooks, so attention and the layer stacks
 never ask which scheme they hold:
 
-- ``embed(x, offset)``: absolute schemes add a vector to the token embeddings
-  (sinusoidal, learned); ``offset`` is the position of x's first token.
-- ``rotate(x, pos)``: rotary (RoPE) rotates queries and keys (B, H, T, Dh).
+- ``embed(x, offset, positions=None)``: absolute schemes add a vector to the token
+  embeddings (sinusoidal, learned); ``offset`` is the position of x's first token,
+  or ``positions`` (B, T) gives every row its own positions.
+- ``rotate(x, pos)``: rotary (RoPE) rotates queries and keys (B, H, T, Dh) at
+  positions (T,), or (B, T) per row.
 - ``score_bias(q, q_pos, k_pos)``: relative schemes add a bias to the scaled
   scores, broadcastable to (B, H, T, S) (ALiBi, T5 buckets, Shaw keys).
 - ``value_term(weights, q_pos, k_pos)``: Shaw et al.'s relative values,
   added to the attention output (B, H, T, Dh); needs the weights.
 
 Positions are absolute integer positions, (T,) for queries and (S,) for keys.
-Hooks are applied in self-attention only; cross-attention has no positions.
+Rows of a batch that sit at different positions (prompts of unequal length, left
+padded) give per-row positions (B, T) to ``embed`` and ``rotate``; the relative
+hooks need none, as they see only differences, which padding on the left does
+not change. Hooks are applied in self-attention only; cross-attention has no
+positions.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ class PositionalEncoding(nn.Module):
 
     needs_weights: bool = False  # True if value_term needs the attention weights
 
-    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+    def embed(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
         return x
 
     def rotate(self, x: Tensor, pos: Tensor) -> Tensor:
@@ -83,12 +89,14 @@ class SinusoidalPositional(PositionalEncoding):
         self.d_model, self.layout = d_model, layout
         self.register_buffer("table", sinusoidal_table(max_len, d_model, layout=layout), persistent=False)
 
-    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
-        end = offset + x.size(1)
+    def embed(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        """x (B, T, D) + the rows of positions offset.. (or of ``positions`` (B, T), one row each)."""
+        end = offset + x.size(1) if positions is None else int(positions.max()) + 1
         if end > self.table.size(0):
             length = max(end, 2 * self.table.size(0))
             self.table = sinusoidal_table(length, self.d_model, layout=self.layout).to(self.table.device)
-        return x + self.table[offset:end].to(x.dtype)
+        table = self.table[offset:end] if positions is None else self.table[positions]  # (T, D) or (B, T, D)
+        return x + table.to(x.dtype)
 
 
 _INIT_STD = 0.02  # learned tables start small, so a fresh model is nearly position-agnostic
@@ -109,15 +117,16 @@ class LearnedPositional(PositionalEncoding):
         self.table = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.table.weight, std=_INIT_STD)
 
-    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
-        end = offset + x.size(1)
+    def embed(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        """x (B, T, D) + the rows of positions offset.. (or of ``positions`` (B, T), one row each)."""
+        end = offset + x.size(1) if positions is None else int(positions.max()) + 1
         if end > self.max_len:
             raise ValueError(
                 f"learned positions stop at model.max_len={self.max_len}, but position {end - 1} was asked for; "
                 "raise model.max_len or choose a positional scheme that extrapolates "
                 "(sinusoidal, rope, alibi, t5, relative)"
             )
-        pos = torch.arange(offset, end, device=x.device)
+        pos = torch.arange(offset, end, device=x.device) if positions is None else positions
         return x + self.table(pos).to(x.dtype)
 
 
@@ -249,11 +258,13 @@ class RotaryPositional(PositionalEncoding):
         return angles.cos().float(), angles.sin().float()
 
     def rotate(self, x: Tensor, pos: Tensor) -> Tensor:
-        """x (B, h, T, Dh) at positions pos (T,) -> rotated x, same shape."""
+        """x (B, h, T, Dh) at positions pos (T,), or (B, T) one row each -> rotated x, same shape."""
         if pos.numel() and int(pos.max()) >= self.cos.size(0):
             cos, sin = self._tables(max(int(pos.max()) + 1, 2 * self.cos.size(0)))
             self.cos, self.sin = cos.to(self.cos.device), sin.to(self.sin.device)
-        cos, sin = self.cos[pos].to(x.dtype), self.sin[pos].to(x.dtype)  # (T, Dh)
+        cos, sin = self.cos[pos].to(x.dtype), self.sin[pos].to(x.dtype)  # (T, Dh) or (B, T, Dh)
+        if pos.dim() == 2:
+            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, Dh): one angle per row, shared by the heads
         x1, x2 = x.chunk(2, dim=-1)
         return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 

@@ -5,7 +5,7 @@ batcher calls from its worker thread:
 
     engine.translate_key(req)          -> the batch key: options a batch must share
     engine.run_translate(key, jobs)    -> per job, its list of translation dicts
-    engine.generate_key(req, ids)      -> likewise for a language model
+    engine.generate_key(req, ids)      -> likewise for a language model (a ``GenerateKey``)
     engine.run_generate(key, jobs)
 
 Translation decodes every sentence of a batch in one ``translate_nbest`` call (which
@@ -15,10 +15,13 @@ asked for, comes from forced decoding of the best translation
 (``seqmap.decoding.align.forced_attention``), exactly as ``seqmap plot attention``
 draws it; it is not part of the batch key.
 
-Generation feeds prompts of one length together (a decoder-only model cannot pad
-a prompt on the left), and samples each row with its own seeded generator, so a
-request's text depends on its seed only, never on which requests shared its
-batch, and equals ``seqmap generate --seed N`` for the same prompt.
+Generation batches prompts of any lengths: each prompt is read alone, then the
+model's states are stacked (``seqmap.decoding.greedy.prefill_each``; a shorter
+row's caches are padded on the left and masked, an RNN's hidden states simply
+stacked), and the new tokens are decoded together. Each row is sampled with its
+own seeded generator, so a request's text depends on its prompt and seed only,
+never on which requests shared its batch, and equals ``seqmap generate --seed N``
+for the same prompt (up to float rounding, as for translation).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -55,6 +58,18 @@ class GenerateJob:
     ids: list[int]
     seed: int
     attention: bool
+
+
+class GenerateKey(NamedTuple):
+    """Options every request of a /generate batch shares; the prompt length is not one of them."""
+
+    kind: str  # "generate": batches are dispatched on key[0]
+    unused: None  # the prompt length was here; kept so that key[2] (read by app.py) stays max_new
+    max_new: int
+    sample: bool
+    temperature: float | None  # None when greedy (sampling options do not split greedy batches)
+    top_k: int | None
+    top_p: float | None
 
 
 def per_row_sampling(temperature: float, top_k: int, top_p: float, generators: Sequence[torch.Generator]):
@@ -161,29 +176,30 @@ class Engine:
     def prompt_ids(self, prompt: str) -> list[int]:
         return lm_prompt(self.run.tgt_tok, prompt)
 
-    def generate_key(self, req: GenerateRequest, ids: list[int]) -> Hashable:
-        """Options shared by a batch, and the prompt length (prompts of a batch are fed as one tensor)."""
+    def generate_key(self, req: GenerateRequest, ids: list[int]) -> GenerateKey:
+        """Options shared by a batch: new tokens and sampling options. Prompts of any length share a batch."""
         d = self.decode
         max_new = req.max_new_tokens or min(d.max_new_tokens, self.limits.max_new_tokens)
         if not req.sample:
-            return ("generate", len(ids), max_new, False, None, None, None)
+            return GenerateKey("generate", None, max_new, False, None, None, None)
         temperature = d.temperature if req.temperature is None else req.temperature
         top_k = d.top_k if req.top_k is None else req.top_k
         top_p = d.top_p if req.top_p is None else req.top_p
-        return ("generate", len(ids), max_new, True, float(temperature), int(top_k), float(top_p))
+        return GenerateKey("generate", None, max_new, True, float(temperature), int(top_k), float(top_p))
 
     @torch.no_grad()
-    def run_generate(self, key: Hashable, jobs: list[GenerateJob]) -> list[dict[str, Any]]:
-        _, _, max_new, sample, temperature, top_k, top_p = key
+    def run_generate(self, key: GenerateKey, jobs: list[GenerateJob]) -> list[dict[str, Any]]:
+        """Continue every job's prompt in one decode: each prompt is read alone, then the rows decode together."""
+        key = GenerateKey(*key)
         run = self.run
-        prompt = torch.tensor([job.ids for job in jobs], dtype=torch.long, device=run.device)  # (B, P)
-        if sample:
+        prompts = [torch.tensor(job.ids, dtype=torch.long, device=run.device) for job in jobs]  # B x (P_b,)
+        if key.sample:
             generators = [torch.Generator(device=run.device).manual_seed(job.seed) for job in jobs]
-            choose = per_row_sampling(temperature, top_k, top_p, generators)
+            choose = per_row_sampling(key.temperature, key.top_k, key.top_p, generators)
         else:
             choose = pick_best
-        result = decode_loop(run.model, None, None, bos=BOS, eos=EOS, max_len=max_new, pad=PAD, prompt=prompt,
-                             choose=choose, banned=NEVER_GENERATED)
+        result = decode_loop(run.model, None, None, bos=BOS, eos=EOS, max_len=key.max_new, pad=PAD,
+                             prompt=prompts, choose=choose, banned=NEVER_GENERATED)
         out = []
         for b, job in enumerate(jobs):
             ids = strip_output(result.tokens[b, : int(result.lengths[b])].tolist())

@@ -141,7 +141,7 @@ def test_requests_with_different_options_are_answered_each_by_its_own_options(tr
 
 
 def test_batched_generation_equals_generation_alone(lm_run):
-    # one prompt length (prompts of a batch share it); each request samples with its own seed
+    # each request samples with its own seed (prompts of unequal length: tests/serve/test_generate_batching.py)
     bodies = [{"prompt": p, "max_new_tokens": 16, "seed": i} for i, p in enumerate(["to be", "or no", "that "] * 3)]
     batched, health = serve(lm_run, bodies, path="/generate", max_batch=32, wait_ms=100)
     alone, _ = serve(lm_run, bodies, path="/generate", max_batch=1, wait_ms=0)
