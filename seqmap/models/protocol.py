@@ -16,6 +16,10 @@ A decoder state supports ``reorder(index, *, same_sources=False)`` (keep batch
 rows ``index``, as beam search needs; ``same_sources=True`` promises that every
 row keeps its own source, so per-source tensors such as cross-attention keys and
 values need not move) and knows its ``position`` (target tokens consumed so far).
+A language model's state class may also offer ``stack(states)`` (a classmethod):
+one state of B rows from B one-row states that read different numbers of tokens,
+so prompts of unequal length are prefilled one by one and then decoded together
+(``seqmap.decoding.greedy.decode_loop`` with a list of prompts).
 
 Families whose logits are one Linear of their last hidden states (the Transformer
 and the decoder-only LM) also offer ``model(src, src_mask, tgt_in, features=True)``

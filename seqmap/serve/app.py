@@ -139,7 +139,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         ids = engine.prompt_ids(req.prompt)
         key = engine.generate_key(req, ids)
         if req.attention:
-            engine.check_generate_attention_size(len(ids), key[2])  # key[2]: the new tokens at most
+            engine.check_generate_attention_size(len(ids), key.max_new)
         batcher.start()
         result = await _unless_gone(request, batcher.submit(key, GenerateJob(req.prompt, ids, req.seed,
                                                                              req.attention)))

@@ -64,7 +64,6 @@ class GenerateKey(NamedTuple):
     """Options every request of a /generate batch shares; the prompt length is not one of them."""
 
     kind: str  # "generate": batches are dispatched on key[0]
-    unused: None  # the prompt length was here; kept so that key[2] (read by app.py) stays max_new
     max_new: int
     sample: bool
     temperature: float | None  # None when greedy (sampling options do not split greedy batches)
@@ -181,11 +180,11 @@ class Engine:
         d = self.decode
         max_new = req.max_new_tokens or min(d.max_new_tokens, self.limits.max_new_tokens)
         if not req.sample:
-            return GenerateKey("generate", None, max_new, False, None, None, None)
+            return GenerateKey("generate", max_new, False, None, None, None)
         temperature = d.temperature if req.temperature is None else req.temperature
         top_k = d.top_k if req.top_k is None else req.top_k
         top_p = d.top_p if req.top_p is None else req.top_p
-        return GenerateKey("generate", None, max_new, True, float(temperature), int(top_k), float(top_p))
+        return GenerateKey("generate", max_new, True, float(temperature), int(top_k), float(top_p))
 
     @torch.no_grad()
     def run_generate(self, key: GenerateKey, jobs: list[GenerateJob]) -> list[dict[str, Any]]:

@@ -49,10 +49,11 @@ def model_run(request, lm_run) -> LoadedRun:
 
 def generate_alone(run: LoadedRun, job: GenerateJob, sample: bool, engine: Engine) -> dict:
     """One request by itself, through the (1, P) tensor prompt of ``decode_loop``."""
-    _, _, max_new, _, temperature, top_k, top_p = engine.generate_key(request(job.prompt, sample, job.seed), job.ids)
+    key = engine.generate_key(request(job.prompt, sample, job.seed), job.ids)
+    max_new = key.max_new
     choose = pick_best
     if sample:
-        choose = per_row_sampling(temperature, top_k, top_p, [torch.Generator().manual_seed(job.seed)])
+        choose = per_row_sampling(key.temperature, key.top_k, key.top_p, [torch.Generator().manual_seed(job.seed)])
     prompt = torch.tensor([job.ids], dtype=torch.long, device=run.device)
     result = decode_loop(run.model, None, None, bos=BOS, eos=EOS, max_len=max_new, pad=PAD, prompt=prompt,
                          choose=choose, banned=NEVER_GENERATED)
