@@ -13,7 +13,9 @@ concurrent keep-alive connections (a minimal asyncio HTTP/1.1 client, see ``Conn
 the server. Reported: errors (a non-200 answer or a failed
 connection), requests per second over the timed requests, latency p50/p95 (send to full answer), and the
 mean requests per decoded batch read from the server's /health. The answers of the two modes are compared
-sentence by sentence (batching must not change a translation).
+sentence by sentence (batching must not change a translation). With ``--pin`` (the default on 2 cores or
+more) the server process runs on the first core and the load generator on the others, so that neither
+takes the other's CPU time; ``--no-pin`` lets both run anywhere.
 
 ``--soak`` times nothing: one batched server gets a mix of valid, invalid and oversized requests and
 clients that hang up mid-request (``soak``), and the script checks that every request was answered
@@ -89,7 +91,9 @@ def free_port() -> int:
 class Server:
     """``python -m seqmap.serve`` in its own process, on a free loopback port."""
 
-    def __init__(self, run_dir: Path, threads: int, max_batch: int, wait_ms: float) -> None:
+    def __init__(self, run_dir: Path, threads: int, max_batch: int, wait_ms: float,
+                 cpus: set[int] | None = None) -> None:
+        """``cpus``: the cores the server process may run on (None: any), kept apart from the load generator's."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -97,7 +101,8 @@ class Server:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "seqmap.serve", str(run_dir), "--port", str(self.port), "--threads",
              str(threads), "--max-batch", str(max_batch), "--wait-ms", str(wait_ms), "--max-texts", "1"],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT)
+            env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            preexec_fn=None if cpus is None else (lambda: os.sched_setaffinity(0, cpus)))
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
@@ -198,7 +203,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def measure(run_dir: Path, mode: str, max_batch: int, wait_ms: float, args, sentences: list[str]) -> dict:
-    server = Server(run_dir, args.threads, max_batch, wait_ms)
+    server = Server(run_dir, args.threads, max_batch, wait_ms, args.server_cpus)
     try:
         server.wait_ready()
         asyncio.run(load(server.port, sentences[: args.warmup], min(args.clients, args.warmup), args.beam))
@@ -211,6 +216,7 @@ def measure(run_dir: Path, mode: str, max_batch: int, wait_ms: float, args, sent
     requests = after["requests"] - before["requests"]
     row = {"mode": mode, "max_batch": max_batch, "wait_ms": wait_ms, "requests": len(sentences),
            "clients": args.clients, "beam": args.beam, "threads": args.threads, "errors": errors,
+           "server_cpus": sorted(args.server_cpus or []), "client_cpus": sorted(args.client_cpus or []),
            "req_s": len(answers) / wall, "p50_ms": 1000 * statistics.median(latencies),
            "p95_ms": 1000 * percentile(latencies, 95), "mean_batch_requests": requests / max(batches, 1),
            "max_batch_requests": after["max_batch_requests"], "wall_s": wall,
@@ -428,6 +434,9 @@ def main(argv=None) -> None:
                         help="--soak: share of the requests whose client hangs up midway (default 0.15)")
     parser.add_argument("--max-rss-growth", type=float, default=64.0,
                         help="--soak: most MiB the server's RSS may grow over the soak (default 64)")
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                        help="timing: the server on core 0 and this load generator on the other cores, so that "
+                             "the two do not take each other's CPU time (default on; needs 2 cores or more)")
     parser.add_argument("--json", type=Path, help="also write the rows to this file as a JSON list; "
                         "speedup = req/s / the one-at-a-time mode's req/s")
     args = parser.parse_args(argv)
@@ -456,6 +465,12 @@ def main(argv=None) -> None:
         sentences = [rng.choice(pool) for _ in range(args.requests)]
         import torch
 
+        cores = sorted(os.sched_getaffinity(0))
+        args.server_cpus = args.client_cpus = None
+        if args.pin and not args.soak and len(cores) >= 2:  # after training the toy on every core
+            args.server_cpus, args.client_cpus = {cores[0]}, set(cores[1:])
+            os.sched_setaffinity(0, args.client_cpus)
+            print(f"pinned: server on core {cores[0]}, load generator on cores {cores[1:]}")
         print(f"torch {torch.__version__}; {cpu_name()} ({os.cpu_count()} cores), server threads {args.threads}; "
               f"{args.requests} requests from {args.clients} clients, beam {args.beam}; "
               f"load average {os.getloadavg()[0]:.2f}")
