@@ -13,12 +13,7 @@ V, BOS, EOS, PAD = 13, 1, 2, 0
 PROMPTS = [[5, 6, 7], [8], [9, 10, 11, 12, 5, 6], [7, 7]]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is faster
 
 
 def make(**overrides) -> torch.nn.Module:

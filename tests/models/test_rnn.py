@@ -36,13 +36,7 @@ GRID = [pytest.param(cell, mode, bi, id=f"{cell}-{mode}-{'bi' if bi else 'uni'}"
         if not (mode == "dot" and bi)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster than two on a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is faster
 
 
 def make(cell="lstm", mode="bahdanau", bidirectional=True, **overrides) -> RNNSeq2Seq:

@@ -20,12 +20,7 @@ V = 17
 CELLS = ["rnn", "lstm", "gru"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is faster
 
 
 def make(cell="lstm", **overrides) -> RNNLM:

@@ -25,13 +25,7 @@ from seqmap.nn.rnn_attention import (
 B, T, S = 3, 2, 5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster than two on a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is faster
 
 
 def make(kind: str, dq: int = 4, dk: int = 6, da: int = 3) -> torch.nn.Module:
