@@ -10,6 +10,7 @@ from __future__ import annotations
 from torch import nn
 
 from seqmap.config import ConfigError, ModelConfig
+from seqmap.models.classifier import TransformerClassifier
 from seqmap.models.lm import DecoderOnlyLM
 from seqmap.models.rnn_lm import RNNLM
 from seqmap.models.transformer import Transformer, TransformerDecoder, TransformerEncoder
@@ -113,5 +114,18 @@ def build_lm(cfg: ModelConfig) -> DecoderOnlyLM:
         embedding, _positional(cfg, causal=True),
         [_encoder_layer(cfg, causal=True) for _ in range(cfg.dec_layers)], _final_norm(cfg),
         _output(cfg, embedding), cfg.dropout)
+    _init_linears(model)
+    return model
+
+
+def build_classifier(cfg: ModelConfig, n_classes: int, pooling: str = "cls") -> TransformerClassifier:
+    """The encoder-only classifier: ``cfg.src_vocab`` tokens, ``cfg.enc_layers`` layers, ``n_classes`` labels."""
+    if cfg.src_vocab <= 0:
+        raise ConfigError("model.src_vocab must be set (> 0): the size of the input vocabulary")
+    embedding = TokenEmbedding(cfg.src_vocab, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
+    encoder = TransformerEncoder(
+        embedding, _positional(cfg, causal=False),
+        [_encoder_layer(cfg, causal=False) for _ in range(cfg.enc_layers)], _final_norm(cfg), cfg.dropout)
+    model = TransformerClassifier(encoder, n_classes, pooling, cfg.dropout)
     _init_linears(model)
     return model

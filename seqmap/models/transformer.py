@@ -33,10 +33,14 @@ class TransformerEncoder(nn.Module):
         self.final_norm = final_norm
         self.dropout = Dropout(dropout)
 
-    def forward(self, src: Tensor, src_mask: Tensor | None, need_weights: bool = False
-                ) -> tuple[Tensor, list[Tensor | None]]:
-        """src (B, S), src_mask (B, S) True at real tokens -> (states (B, S, D), per-layer self-attention)."""
-        x = self.dropout(self.positional.embed(self.embedding(src)))
+    def forward(self, src: Tensor, src_mask: Tensor | None, need_weights: bool = False, *,
+                embedded: bool = False) -> tuple[Tensor, list[Tensor | None]]:
+        """src (B, S), src_mask (B, S) True at real tokens -> (states (B, S, D), per-layer self-attention).
+
+        ``embedded=True``: src is already vectors (B, S, D) (token embeddings with a class vector in
+        front, or image patches); positions, dropout and the layers are applied as to embeddings.
+        """
+        x = self.dropout(self.positional.embed(src if embedded else self.embedding(src)))
         mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
         weights = []
         for layer in self.layers:
