@@ -204,7 +204,7 @@ class TrainConfig:
     clip_norm: float = 1.0  # gradient-norm clipping (0 = off)
     log_every: int = 50  # steps between log lines
     valid_every: int = 500  # steps between validations (also at the end)
-    valid_bleu: bool = True  # translation: decode the validation set for BLEU/chrF
+    valid_bleu: bool = True  # translation: decode the validation set greedily (any decode.beam_size) for BLEU/chrF
     valid_examples: int = 3  # source/reference/hypothesis examples written to the log
     early_stopping: str = "loss"  # metric for the best checkpoint and patience: loss | bleu | chrf | ppl
     patience: int = 0  # validations without improvement before stopping (0 = never stop early)
