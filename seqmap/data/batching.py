@@ -209,6 +209,42 @@ class Batch:
         return cls(None, None, inputs, targets, mask, int(mask.sum()))
 
 
+NOT_SCORED = -1  # a LabelBatch label that takes no part in the loss (e.g. a graph node outside the training split)
+
+
+@dataclass(frozen=True)
+class LabelBatch:
+    """One batch for a classifier: inputs, and one class id per example to predict.
+
+    Attributes:
+        src: (B, S) token ids right-padded with PAD (or any input the model's ``forward(src, src_mask)`` reads).
+        src_mask: (B, S) True at real tokens, or None when nothing is padded.
+        labels: (B,) class ids in 0..C-1, or ``NOT_SCORED``.
+        n_tokens: the number of scored labels: the trainer divides summed losses by it, as by a
+            :class:`Batch`'s target tokens.
+    """
+
+    src: Tensor
+    src_mask: Tensor | None
+    labels: Tensor
+    n_tokens: int
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> LabelBatch:
+        """A copy with every tensor on ``device``."""
+        mask = None if self.src_mask is None else self.src_mask.to(device, non_blocking=non_blocking)
+        return replace(self, src=self.src.to(device, non_blocking=non_blocking), src_mask=mask,
+                       labels=self.labels.to(device, non_blocking=non_blocking))
+
+
+def collate_labels(examples: Sequence[tuple[Sequence[int], int]], pad_id: int = PAD) -> LabelBatch:
+    """Pad (token ids, label) examples into a :class:`LabelBatch` (an empty text gets one PAD, mask False)."""
+    if not examples:
+        raise ValueError("collate_labels got no examples")
+    src, src_mask = _pad([torch.as_tensor(s, dtype=torch.long).reshape(-1) for s, _ in examples], pad_id)
+    labels = torch.tensor([label for _, label in examples], dtype=torch.long)
+    return LabelBatch(src, src_mask, labels, int((labels != NOT_SCORED).sum()))
+
+
 def _pad(rows: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor]:
     """(B, L) right-padded ids and their (B, L) mask (True = real); L is at least 1."""
     width = max(1, max(len(r) for r in rows))

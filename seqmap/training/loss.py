@@ -48,6 +48,21 @@ def label_smoothed_nll(
     return loss, nll, int(real.sum())
 
 
+def label_nll(logits: Tensor, labels: Tensor, smoothing: float = 0.0, not_scored: int = -1
+              ) -> tuple[Tensor, Tensor, int]:
+    """``label_smoothed_nll`` for one label per row: logits (B, C), labels (B,), rows labelled ``not_scored`` left out.
+
+    Returns (loss_sum, nll_sum, number of scored rows), like ``label_smoothed_nll``.
+    """
+    if logits.dim() != 2 or labels.shape != logits.shape[:1]:
+        raise ValueError(f"label_nll needs logits (B, C) and labels (B,), got {tuple(logits.shape)} and "
+                         f"{tuple(labels.shape)}")
+    scored = labels != not_scored
+    if bool(((labels[scored] < 0) | (labels[scored] >= logits.size(1))).any()):
+        raise ValueError(f"labels must be class ids in 0..{logits.size(1) - 1} (or {not_scored}: not scored)")
+    return label_smoothed_nll(logits[scored], labels[scored], pad_id=not_scored, smoothing=smoothing)
+
+
 def _row_losses(logp: Tensor, target: Tensor, real: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
     """Per-row (label-smoothed loss, NLL) from log-probabilities (N, V); zero on padding rows (NaN-safe)."""
     nll = torch.where(real, -logp.gather(1, target.unsqueeze(1)).squeeze(1), 0.0)  # where, not *: NaN stays out

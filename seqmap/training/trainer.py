@@ -41,8 +41,10 @@ from tqdm import tqdm
 
 from seqmap.config import RunConfig, TrainConfig, save_config, to_dict
 from seqmap.data.batching import (
+    NOT_SCORED,
     Batch,
     EpochIterator,
+    LabelBatch,
     collate_pairs,
     lm_random_chunks,
     lm_stream_rows,
@@ -57,7 +59,7 @@ from seqmap.training import distributed
 from seqmap.training.carry import CarriedState
 from seqmap.training.checkpoint import load_checkpoint
 from seqmap.training.checkpoint_manager import CheckpointManager
-from seqmap.training.loss import label_smoothed_nll, output_nll
+from seqmap.training.loss import label_nll, label_smoothed_nll, output_nll
 from seqmap.training.runlog import RunLog
 from seqmap.training.schedule import make_schedule, set_lr
 from seqmap.training.validate import validate
@@ -172,8 +174,11 @@ class Trainer:
                       "tokens": 0}
 
     # -- one optimiser step ---------------------------------------------------------------
-    def step(self, micro_batches: list[Batch]) -> tuple[float, float, int] | None:
-        """Forward/backward over the micro-batches, then one update. Returns (loss, nll, tokens) or None if skipped."""
+    def step(self, micro_batches: list[Batch | LabelBatch]) -> tuple[float, float, int] | None:
+        """Forward/backward over the micro-batches, then one update. Returns (loss, nll, tokens) or None if skipped.
+
+        A ``Batch`` is scored on its target tokens, a ``LabelBatch`` on its labels ("tokens" then count labels).
+        """
         t = self.train_cfg
         n_tokens = sum(b.n_tokens for b in micro_batches)
         global_tokens = distributed.all_reduce_sum([float(n_tokens)], self.dist, self.device)[0]
@@ -185,7 +190,10 @@ class Trainer:
             sync = nullcontext() if last or not self.dist.enabled else self.ddp.no_sync()
             amp = (torch.autocast(self.device.type, dtype=self.amp_dtype) if self.amp_dtype else nullcontext())
             with sync, amp:
-                if self.fused_output:
+                if isinstance(batch, LabelBatch):  # a classifier: one label per example, logits (B, C)
+                    logits = self.ddp(batch.src, batch.src_mask)
+                    loss, nll, _ = label_nll(logits, batch.labels, t.label_smoothing, NOT_SCORED)
+                elif self.fused_output:
                     features = self.ddp(batch.src, batch.src_mask, batch.tgt_in, features=True)
                     loss, nll, _ = output_nll(features, self.model.output_layer, batch.tgt_out, PAD,
                                               t.label_smoothing)
