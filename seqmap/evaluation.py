@@ -32,7 +32,13 @@ from seqmap.data.corpus import read_lines, read_parallel
 from seqmap.decoding.text import Scored, translate_texts
 from seqmap.runs import LoadedRun
 from seqmap.training.checkpoint import load_checkpoint
-from seqmap.training.validate import eval_context, lm_batches, summed_nll, translation_batches
+from seqmap.training.validate import (
+    classification_metrics,
+    eval_context,
+    lm_batches,
+    summed_nll,
+    translation_batches,
+)
 
 if TYPE_CHECKING:
     from seqmap.training.trainer import RunTrainer
@@ -149,6 +155,8 @@ def evaluate_test_split(trainer: RunTrainer) -> dict | None:
     config names no test data. ``seqmap train`` passes this to ``seqmap.training.trainer.train``.
     """
     cfg, data, log = trainer.cfg, trainer.data, trainer.log
+    if cfg.data.task == "classification":
+        return _classification_test(trainer)
     lm = cfg.data.task == "lm"
     test = data.test if lm else data.test_text
     if not test:
@@ -171,4 +179,20 @@ def evaluate_test_split(trainer: RunTrainer) -> dict | None:
              f"{result['chrf']:.2f} TER {result['ter']:.2f} ppl {result['ppl']:.2f}")
     log.info(f"  {result['bleu_signature']}")
     log.info(f"  hypotheses in {out}")
+    return result
+
+
+def _classification_test(trainer: RunTrainer) -> dict | None:
+    """Loss, accuracy and macro-F1 of the best checkpoint on the test rows (labels outside the classes: an error)."""
+    cfg, data, log = trainer.cfg, trainer.data, trainer.log
+    if not data.test_text:
+        return None
+    best = trainer.checkpoints.best() or trainer.checkpoints.latest()
+    load_checkpoint(best, model=trainer.model)
+    rows = [(data.tok.encode(text), data.labels.encode(label, where="data.test")) for text, label in data.test_text]
+    result = classification_metrics(trainer.model.eval(), rows, len(data.labels), cfg.train.max_tokens,
+                                    trainer.device)
+    log.metrics("test", trainer.state["step"], **result)
+    log.info(f"test ({len(rows)} texts, {best.name}): accuracy {result['accuracy']:.2f} macro-F1 "
+             f"{result['macro_f1']:.2f} loss {result['loss']:.4f}")
     return result

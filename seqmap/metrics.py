@@ -148,3 +148,38 @@ def perplexity(nll_sum: float, n_tokens: int) -> float:
         return math.exp(float(nll_sum) / n_tokens)
     except OverflowError:
         return math.inf
+
+
+def confusion_matrix(predicted: Sequence[int], gold: Sequence[int], n_classes: int) -> list[list[int]]:
+    """``m[g][p]``: how many examples of class g were predicted as class p (rows gold, columns predicted)."""
+    if len(predicted) != len(gold):
+        raise ValueError(f"{len(predicted)} predictions for {len(gold)} gold labels")
+    m = [[0] * n_classes for _ in range(n_classes)]
+    for p, g in zip(predicted, gold):
+        m[g][p] += 1
+    return m
+
+
+def accuracy(predicted: Sequence[int], gold: Sequence[int]) -> float:
+    """The share of examples predicted right, in percent (as BLEU is)."""
+    if len(predicted) != len(gold) or not gold:
+        raise ValueError(f"accuracy needs as many predictions as gold labels, and at least one ({len(predicted)}, "
+                         f"{len(gold)})")
+    return 100.0 * sum(p == g for p, g in zip(predicted, gold)) / len(gold)
+
+
+def macro_f1(predicted: Sequence[int], gold: Sequence[int], n_classes: int) -> float:
+    """The mean over the classes present in gold or predictions of each class's F1, in percent.
+
+    The definition of scikit-learn's ``f1_score(average="macro")`` over the labels that occur: a class
+    with no true positive scores 0 (precision or recall undefined counts as 0).
+    """
+    m = confusion_matrix(predicted, gold, n_classes)
+    scores = []
+    for c in range(n_classes):
+        tp = m[c][c]
+        gold_c, predicted_c = sum(m[c]), sum(row[c] for row in m)
+        if gold_c == 0 and predicted_c == 0:
+            continue  # the class occurs nowhere: not part of the mean
+        scores.append(0.0 if tp == 0 else 2 * tp / (gold_c + predicted_c))
+    return 100.0 * sum(scores) / len(scores)

@@ -13,6 +13,8 @@ import torch
 from torch import nn
 
 from seqmap.config import ConfigError, RunConfig, from_dict
+from seqmap.data.labels import LabelSet
+from seqmap.data.pipeline import LABELS_FILE
 from seqmap.data.tokenizers import Tokenizer, load_pair
 from seqmap.models.builder import build_model
 from seqmap.training.checkpoint import MODEL_FILE, TOKENIZER_DIR, load_checkpoint, read_config
@@ -31,6 +33,7 @@ class LoadedRun:
     tgt_tok: Tokenizer
     checkpoint: Path
     device: torch.device
+    labels: LabelSet | None = None  # a classifier's classes (None for the other tasks)
 
 
 def find_checkpoint(path: str | Path, which: str = "best") -> Path:
@@ -71,4 +74,5 @@ def load_run(path: str | Path, which: str = "best", device: str | torch.device =
     load_checkpoint(checkpoint, model=model)
     device = torch.device(device)
     model.to(device).eval()
-    return LoadedRun(cfg, model, None if cfg.data.task == "lm" else src_tok, tgt_tok, checkpoint, device)
+    labels = LabelSet.load(tok_dir / LABELS_FILE) if cfg.data.task == "classification" else None
+    return LoadedRun(cfg, model, None if cfg.data.task == "lm" else src_tok, tgt_tok, checkpoint, device, labels)

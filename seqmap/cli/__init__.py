@@ -5,6 +5,7 @@
     seqmap translate RUN_DIR [TEXT ...] [--input FILE]              translate (stdin if no text)
     seqmap evaluate RUN_DIR --src FILE --ref FILE                   BLEU / chrF / TER / perplexity
     seqmap generate RUN_DIR --prompt TEXT                           sample from a language model
+    seqmap classify RUN_DIR [TEXT ...] [--input FILE]               the class of each text (a classifier)
     seqmap average CHECKPOINT ... --out DIR                         average checkpoint weights
     seqmap data list | download NAME | prepare NAME --from DIR      public corpora
     seqmap toy CONFIG                                               a synthetic task in a minute
@@ -15,7 +16,7 @@ User errors (a missing file, bad YAML, a wrong option, a broken checkpoint) prin
 one line to stderr and exit with status 2.
 
 Each verb is one module here (``train.py``, ``translate.py``, ``evaluate.py``, ``generate.py``,
-``average.py``, ``data.py``, ``plot.py``, ``toy.py``; ``serve`` lives in ``seqmap.serve``) with its
+``classify.py``, ``average.py``, ``data.py``, ``plot.py``, ``toy.py``; ``serve`` lives in ``seqmap.serve``) with its
 ``add_parser(commands)`` and its ``cmd_*`` handler; ``common.py`` holds what they share. This module
 assembles the parser and runs the chosen handler.
 """
@@ -26,13 +27,14 @@ import argparse
 import sys
 
 import seqmap
-from seqmap.cli import average, data, evaluate, generate, plot, toy, train, translate
+from seqmap.cli import average, classify, data, evaluate, generate, plot, toy, train, translate
 from seqmap.cli.common import USAGE_ERROR, UserError
 from seqmap.config import ConfigError
 
 __all__ = ["USAGE_ERROR", "UserError", "build_parser", "main"]
 
-VERBS = (train, translate, evaluate, generate, average, data, plot, toy)  # in the order `seqmap --help` lists them
+# in the order `seqmap --help` lists them
+VERBS = (train, translate, evaluate, generate, classify, average, data, plot, toy)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,12 +33,20 @@ def run_parser(commands, name: str, help_: str, description: str, epilog: str) -
     return p
 
 
-def load(args: argparse.Namespace):
-    """The trained run that ``run_parser``'s options name."""
+USE_FOR = {"translation": "seqmap translate / evaluate", "lm": "seqmap generate",
+           "classification": "seqmap classify"}  # what to run on a run of each data.task
+
+
+def load(args: argparse.Namespace, task: str | None = None):
+    """The trained run that ``run_parser``'s options name; ``task``: the ``data.task`` the command needs."""
     from seqmap.runs import load_run
 
     threads(getattr(args, "threads", None))
-    return load_run(args.run_dir, args.checkpoint, args.device)
+    run = load_run(args.run_dir, args.checkpoint, args.device)
+    if task is not None and run.cfg.data.task != task:
+        raise UserError(f"{args.run_dir} was trained for data.task={run.cfg.data.task}, not {task}; use "
+                        f"`{USE_FOR[run.cfg.data.task]}` on it")
+    return run
 
 
 def decode_config(run, args: argparse.Namespace):

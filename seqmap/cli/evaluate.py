@@ -31,6 +31,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from seqmap.evaluation import evaluate_files
 
     run = load(args)
+    if run.cfg.data.task == "classification":
+        raise UserError(f"{args.run_dir} is a classifier; use `seqmap classify` instead")
     if run.src_tok is None:
         raise UserError(f"{args.run_dir} is a language model; evaluate needs a translation run")
     out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")

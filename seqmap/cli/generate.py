@@ -24,6 +24,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from seqmap.decoding.text import generate_texts
 
     run = load(args)
+    if run.cfg.data.task == "classification":
+        raise UserError(f"{args.run_dir} is a classifier; use `seqmap classify` instead")
     if run.src_tok is not None:
         raise UserError(f"{args.run_dir} is a translation model; use `seqmap translate` instead")
     decode = decode_config(run, args)

@@ -50,6 +50,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                "train_minutes": round(result["train_seconds"] / 60, 2), "stop": result["stop_reason"]}
     if test and "bleu" in test:
         summary.update(test_bleu=round(test["bleu"], 2), test_chrf=round(test["chrf"], 2))
+    elif test and "accuracy" in test:
+        summary.update(test_accuracy=round(test["accuracy"], 2), test_macro_f1=round(test["macro_f1"], 2))
     elif test:
         summary.update(test_ppl=round(test["ppl"], 2))
     print("result " + json.dumps(summary, ensure_ascii=False))

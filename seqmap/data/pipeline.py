@@ -20,6 +20,7 @@ from pathlib import Path
 from seqmap.config import DataConfig
 from seqmap.data import datasets
 from seqmap.data.corpus import DataError, FilterReport, cached_encode, filter_pairs, read_lines, read_parallel, read_tsv
+from seqmap.data.labels import LabelSet
 from seqmap.data.lexicon import lexicon_pairs
 from seqmap.data.normalize import TextNormalizer
 from seqmap.data.tokenizers import EOS, Tokenizer, load_pair, save_pair, train_pair
@@ -34,6 +35,17 @@ class TranslationData:
     train: list[tuple[list[int], list[int]]]
     valid: list[tuple[list[int], list[int]]]
     valid_text: Pairs  # the kept validation pairs, as text (for BLEU and examples)
+    test_text: Pairs
+    reports: dict[str, FilterReport] = field(default_factory=dict)
+
+
+@dataclass
+class ClassificationData:
+    tok: Tokenizer  # the input tokenizer (``tokenizer/``), with the classes beside it (``tokenizer/labels.json``)
+    labels: LabelSet
+    train: list[tuple[list[int], int]]  # (token ids, class id)
+    valid: list[tuple[list[int], int]]
+    valid_text: Pairs  # the kept validation (text, label) pairs
     test_text: Pairs
     reports: dict[str, FilterReport] = field(default_factory=dict)
 
@@ -167,6 +179,44 @@ def load_translation(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] 
         raise DataError("no training pairs left after filtering; check the data files and data.max_len")
     return TranslationData(src_tok, tgt_tok, train, valid, valid_text, texts["test"],
                            {"train": train_report, "valid": valid_report})
+
+
+LABELS_FILE = "labels.json"  # in RUN_DIR/tokenizer/, so every checkpoint's copy of the tokenizer carries it
+
+
+def load_classification(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> ClassificationData:
+    """(text, label) rows from TSV files (``data.src_column`` text, ``data.tgt_column`` label) as ids and class ids.
+
+    Texts are normalized like translation sources (labels are not); texts longer than ``data.max_len``
+    tokens and empty rows are dropped and counted, as translation pairs are.
+    """
+    raw = _file_pairs(cfg)
+    norm = normalizer_for(cfg)
+    texts = {k: [(norm(t), label.strip()) for t, label in v] for k, v in raw.items()}
+    tok, _ = tokenizers_for(cfg, [t for t, _ in texts["train"]], [t for t, _ in texts["train"]], run_dir, log)
+    labels_path = run_dir / "tokenizer" / LABELS_FILE
+    if labels_path.exists():
+        labels = LabelSet.load(labels_path)
+    else:
+        labels = LabelSet.from_training([label for _, label in texts["train"]], cfg.max_classes)
+        labels.save(labels_path)
+    merged = f"; {len(labels.merged)} rarer labels joined '{labels.other}': {', '.join(labels.merged)}" \
+        if labels.merged else ""
+    log(f"classes: {len(labels)} ({', '.join(labels.names)}){merged}")
+    cache, out, reports = run_dir / "cache", {}, {}
+    for split in ("train", "valid"):
+        ids_of = dict(zip((t for t, _ in texts[split]), cached_encode([t for t, _ in texts[split]], tok, cache,
+                                                                       name=f"{split}-text")))
+        kept, reports[split] = filter_pairs(texts[split], cfg.max_len,
+                                            lengths=lambda t, _, ids_of=ids_of: (len(ids_of[t]), 0))
+        out[split] = [(ids_of[t], labels.encode(label, where=f"data.{split}")) for t, label in kept]
+        out[f"{split}_text"] = kept
+        log(reports[split].summary(split))
+    if not out["train"]:
+        raise DataError("no training rows left after filtering; check the data files and data.max_len")
+    if not out["valid"]:
+        raise DataError("no validation rows left after filtering; check data.valid and data.max_len")
+    return ClassificationData(tok, labels, out["train"], out["valid"], out["valid_text"], texts["test"], reports)
 
 
 def _stream(text: str, tok: Tokenizer, name: str, cache: Path) -> list[int]:

@@ -20,13 +20,15 @@ from seqmap.nn.positional import build_positional
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
-    """Build the model family named by ``cfg.family`` (transformer, lm, rnn or rnn_lm)."""
+    """Build the model family named by ``cfg.family`` (transformer, lm, rnn, rnn_lm or classifier)."""
     if cfg.tgt_vocab <= 0:
         raise ConfigError("model.tgt_vocab must be set (> 0): the size of the target vocabulary")
     if cfg.family not in ("lm", "rnn_lm") and cfg.src_vocab <= 0:
         raise ConfigError("model.src_vocab must be set (> 0): the size of the source vocabulary")
     if cfg.family == "transformer":
         return build_transformer(cfg)
+    if cfg.family == "classifier":
+        return build_classifier(cfg, cfg.n_classes, cfg.pooling)
     if cfg.family == "lm":
         return build_lm(cfg)
     if cfg.family == "rnn_lm":
@@ -122,6 +124,8 @@ def build_classifier(cfg: ModelConfig, n_classes: int, pooling: str = "cls") -> 
     """The encoder-only classifier: ``cfg.src_vocab`` tokens, ``cfg.enc_layers`` layers, ``n_classes`` labels."""
     if cfg.src_vocab <= 0:
         raise ConfigError("model.src_vocab must be set (> 0): the size of the input vocabulary")
+    if n_classes < 2:
+        raise ConfigError(f"model.n_classes must be at least 2 (set from the training labels), got {n_classes}")
     embedding = TokenEmbedding(cfg.src_vocab, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
     encoder = TransformerEncoder(
         embedding, _positional(cfg, causal=False),

@@ -39,12 +39,13 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from seqmap.config import RunConfig, TrainConfig, save_config, to_dict
+from seqmap.config import HIGHER_IS_BETTER, RunConfig, TrainConfig, save_config, to_dict
 from seqmap.data.batching import (
     NOT_SCORED,
     Batch,
     EpochIterator,
     LabelBatch,
+    collate_labels,
     collate_pairs,
     lm_random_chunks,
     lm_stream_rows,
@@ -52,7 +53,7 @@ from seqmap.data.batching import (
     shard,
     token_budget_batches,
 )
-from seqmap.data.pipeline import load_lm, load_translation
+from seqmap.data.pipeline import load_classification, load_lm, load_translation
 from seqmap.data.tokenizers import PAD
 from seqmap.models.builder import build_model
 from seqmap.training import distributed
@@ -336,16 +337,17 @@ class RunTrainer:
         seed_everything(cfg.train.seed)
 
         # data: rank 0 trains the tokenizer and fills the cache, the others then read them
-        load = load_lm if cfg.data.task == "lm" else load_translation
+        load = {"lm": load_lm, "translation": load_translation, "classification": load_classification}[cfg.data.task]
         if not self.dist.is_main:
             distributed.barrier(self.dist)
         self.data = load(cfg.data, self.run_dir, self.log.info)
         if self.dist.is_main:
             distributed.barrier(self.dist)
-        src_tok = getattr(self.data, "src_tok", None)
         tgt_tok = self.data.tgt_tok if cfg.data.task == "translation" else self.data.tok
+        src_tok = {"translation": getattr(self.data, "src_tok", None), "classification": tgt_tok}.get(cfg.data.task)
+        n_classes = len(self.data.labels) if cfg.data.task == "classification" else 0
         model_cfg = dataclasses.replace(cfg.model, src_vocab=src_tok.vocab_size if src_tok else 0,
-                                        tgt_vocab=tgt_tok.vocab_size, pad_id=PAD)
+                                        tgt_vocab=tgt_tok.vocab_size, pad_id=PAD, n_classes=n_classes)
         self.cfg = dataclasses.replace(cfg, model=model_cfg)
         if self.dist.is_main:
             save_config(self.cfg, self.run_dir / "config.yaml")
@@ -361,7 +363,7 @@ class RunTrainer:
                                progress=True)
         self.checkpoints = CheckpointManager(
             self.run_dir, keep_last=t.keep_last, metric=t.early_stopping,
-            mode="max" if t.early_stopping in ("bleu", "chrf") else "min")
+            mode="max" if t.early_stopping in HIGHER_IS_BETTER else "min")
         self.state = self.trainer.state  # one dict: the loop's counters and the data position, checkpointed
         self.state["data"] = {"epoch": 0, "batch": 0}
         if resume:
@@ -388,6 +390,23 @@ class RunTrainer:
             self.state["data"] = iterator.state_dict()
             self.state["epoch"] = epoch
             yield collate_pairs([train[i] for i in indices])
+
+    def _classification_batches(self):
+        """Token-budget batches of (token ids, class id) rows, length-bucketed and shuffled per epoch."""
+        t, train = self.cfg.train, self.data.train
+        lengths = [len(ids) + 1 for ids, _ in train]  # + the CLS vector
+
+        def batches_fn(epoch: int):
+            batches = token_budget_batches(lengths, [1] * len(train), t.max_tokens, shuffle=True, seed=t.seed,
+                                           epoch=epoch)
+            return shard(batches, self.dist.rank, self.dist.world_size)
+
+        iterator = EpochIterator(batches_fn, **self.state["data"],
+                                 max_epochs=t.max_epochs if t.max_epochs > 0 else None)
+        for epoch, _, indices in iterator:
+            self.state["data"] = iterator.state_dict()
+            self.state["epoch"] = epoch
+            yield collate_labels([train[i] for i in indices])
 
     def _lm_position(self) -> int:
         """Micro-batches read so far: stored in the checkpoint (a checkpoint from before that: from the step)."""
@@ -437,7 +456,8 @@ class RunTrainer:
             yield Batch.from_lm_windows(*lm_stream_window(rows, context, index), pad_id=PAD)
 
     def run(self) -> dict:
-        batches = self._lm_batches() if self.cfg.data.task == "lm" else self._translation_batches()
+        batches = {"lm": self._lm_batches, "translation": self._translation_batches,
+                   "classification": self._classification_batches}[self.cfg.data.task]()
         return self.trainer.run(batches, validate=self._validate_and_save)
 
     def _validate_and_save(self) -> Path | None:
@@ -448,7 +468,7 @@ class RunTrainer:
             self.log.metrics("valid", s["step"], **metrics, train_minutes=s["train_seconds"] / 60)
             value = metrics.get(t.early_stopping)
             better = value is not None and (s["best"] is None or (
-                value > s["best"] if t.early_stopping in ("bleu", "chrf") else value < s["best"]))
+                value > s["best"] if t.early_stopping in HIGHER_IS_BETTER else value < s["best"]))
             if better:
                 s["best"], s["bad_validations"] = value, 0
             else:

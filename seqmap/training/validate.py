@@ -13,10 +13,10 @@ import torch
 
 from seqmap import metrics as mt
 from seqmap.config import DataConfig, RunConfig
-from seqmap.data.batching import Batch, collate_pairs, lm_chunks, token_budget_batches
+from seqmap.data.batching import Batch, collate_labels, collate_pairs, lm_chunks, token_budget_batches
 from seqmap.data.tokenizers import PAD
 from seqmap.decoding.text import translate_ids
-from seqmap.training.loss import label_smoothed_nll
+from seqmap.training.loss import label_nll, label_smoothed_nll
 
 
 @torch.no_grad()
@@ -50,11 +50,43 @@ def lm_batches(stream: list[int], context: int, batch_size: int):
         yield Batch.from_lm_windows(inputs[i:i + batch_size], targets[i:i + batch_size], pad_id=PAD)
 
 
+def label_batches(rows, max_tokens: int):
+    """(token ids, class id) rows in token-budget batches, in length order (no shuffling)."""
+    lengths = [len(ids) + 1 for ids, _ in rows]  # + the CLS vector
+    for indices in token_budget_batches(lengths, [1] * len(rows), max_tokens, shuffle=False):
+        yield indices, collate_labels([rows[i] for i in indices])
+
+
+@torch.no_grad()
+def classify_rows(model, rows, max_tokens: int, device) -> tuple[list[int], float]:
+    """Predicted class ids of (token ids, class id) rows in their order, and the summed NLL of the gold classes."""
+    predicted, nll_sum = [0] * len(rows), 0.0
+    for indices, batch in label_batches(rows, max_tokens):
+        batch = batch.to(device)
+        logits = model(batch.src, batch.src_mask)
+        nll_sum += label_nll(logits, batch.labels)[1].item()
+        for i, p in zip(indices, logits.argmax(-1).tolist()):
+            predicted[i] = p
+    return predicted, nll_sum
+
+
+def classification_metrics(model, rows, n_classes: int, max_tokens: int, device) -> dict:
+    """loss (mean NLL per example), accuracy and macro-F1 (percent) of (token ids, class id) rows."""
+    predicted, nll_sum = classify_rows(model, rows, max_tokens, device)
+    gold = [label for _, label in rows]
+    return {"loss": nll_sum / len(rows), "accuracy": mt.accuracy(predicted, gold),
+            "macro_f1": mt.macro_f1(predicted, gold, n_classes), "examples": len(rows)}
+
+
 def validate(model, data, cfg: RunConfig, device, log) -> dict:
     """Metrics on the validation split: loss, ppl, and for translation (if enabled) bleu, chrf."""
     was_training = model.training
     model.eval()
     try:
+        if cfg.data.task == "classification":
+            out = classification_metrics(model, data.valid, len(data.labels), cfg.train.max_tokens, device)
+            log("validation: " + ", ".join(f"{k} {v:.4g}" for k, v in out.items()))
+            return out
         if cfg.data.task == "lm":
             batches = lm_batches(data.valid, eval_context(cfg.data), cfg.train.batch_size)
         else:

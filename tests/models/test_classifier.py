@@ -76,5 +76,5 @@ def test_learns_which_of_two_marker_tokens_a_sequence_holds(pooling):
 def test_bad_arguments_say_what_to_change():
     with pytest.raises(ValueError, match="pooling must be one of cls, mean"):
         tiny("max")
-    with pytest.raises(ValueError, match="at least 2 classes"):
+    with pytest.raises(ValueError, match="n_classes must be at least 2"):
         tiny(n_classes=1)

@@ -1,0 +1,49 @@
+"""``seqmap classify RUN_DIR [TEXT ...] [--input FILE]``: the class of each text, by a trained classifier."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from seqmap.cli.common import UserError, load, run_parser
+
+
+def add_parser(commands) -> None:
+    classify = run_parser(
+        commands, "classify", "the class of each text, by a trained classifier",
+        "Print one line per text: the predicted class, a tab, and its probability.\n"
+        "Texts come from the arguments, from --input FILE (one per line), or from stdin.",
+        "examples:\n  seqmap classify runs/sections \"a library for parsing JSON\"\n"
+        "  seqmap classify runs/sections --input texts.txt --top 3")
+    classify.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify")
+    classify.add_argument("--input", help="a file of texts, one per line")
+    classify.add_argument("--top", type=int, default=1, help="print the k most likely classes (default 1)")
+    classify.set_defaults(handler=cmd_classify)
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    import torch
+
+    from seqmap.data.batching import collate_labels
+
+    if args.texts and args.input:
+        raise UserError("give texts as arguments or --input FILE, not both")
+    run = load(args, task="classification")
+    if args.top < 1:
+        raise UserError(f"--top must be at least 1, got {args.top}")
+    if args.input:
+        from seqmap.data.corpus import read_lines
+
+        texts = read_lines(args.input, "--input")
+    else:
+        texts = args.texts or [line.rstrip("\n") for line in sys.stdin]
+    if not texts:
+        raise UserError("nothing to classify: give TEXT arguments, --input FILE, or pipe texts into stdin")
+    labels, k = run.labels, min(args.top, len(run.labels))
+    for text in texts:
+        batch = collate_labels([(run.src_tok.encode(text), 0)]).to(run.device)
+        with torch.no_grad():
+            probs = run.model(batch.src, batch.src_mask).softmax(-1)[0]
+        top = probs.topk(k)
+        print("\t".join(f"{labels.decode(i)}\t{p:.3f}" for p, i in zip(top.values.tolist(), top.indices.tolist())))
+    return 0

@@ -1,0 +1,105 @@
+"""A classifier end to end through the one config / train / classify path: it learns, and mistakes get one line."""
+
+import random
+
+import pytest
+import yaml
+
+from seqmap.cli import main
+from seqmap.config import ConfigError, RunConfig, from_dict
+from seqmap.data.corpus import DataError
+from seqmap.data.labels import LabelSet
+from seqmap.runs import load_run
+
+TOPICS = {"games": "play level score player quest".split(), "libs": "library function api header link".split(),
+          "net": "server network socket http proxy".split()}
+FILLER = "the a of to in is it for on with as by at from this that be are was".split()
+
+
+def rows(n: int, seed: int) -> list[str]:
+    """'text<TAB>label' lines: filler words with two words of the label's topic among them."""
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        label = rng.choice(sorted(TOPICS))
+        text = [rng.choice(FILLER) for _ in range(rng.randint(4, 10))]
+        for _ in range(2):
+            text.insert(rng.randrange(len(text) + 1), rng.choice(TOPICS[label]))
+        out.append(" ".join(text) + "\t" + label)
+    return out
+
+
+def config(tmp_path, **data) -> dict:
+    for split, n, seed in (("train", 600, 0), ("valid", 60, 1), ("test", 60, 2)):
+        (tmp_path / f"{split}.tsv").write_text("\n".join(rows(n, seed)) + "\n")
+    return {"model": {"family": "classifier", "d_model": 32, "n_heads": 2, "d_ff": 64, "enc_layers": 1,
+                      "dropout": 0.0, "pooling": "cls"},
+            "data": {"task": "classification", "tokenizer": "word", "vocab_size": 200,
+                     **{s: str(tmp_path / f"{s}.tsv") for s in ("train", "valid", "test")}, **data},
+            "train": {"max_steps": 80, "lr": 3e-3, "warmup": 10, "schedule": "constant", "max_tokens": 400,
+                      "valid_every": 40, "log_every": 20, "early_stopping": "accuracy", "label_smoothing": 0.0}}
+
+
+def write(tmp_path, cfg: dict):
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def test_train_then_classify(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["train", write(tmp_path, config(tmp_path)), "--run-dir", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert '"test_accuracy": ' in out and '"test_macro_f1": ' in out
+    run = load_run(run_dir)
+    assert run.labels == LabelSet(("games", "libs", "net")) and run.cfg.model.n_classes == 3
+    assert main(["classify", str(run_dir), "the player of the quest", "a http proxy on a socket", "--top", "2"]) == 0
+    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [line[0] for line in lines] == ["games", "net"] and all(len(line) == 4 for line in lines)
+    assert all(float(line[1]) > 0.5 for line in lines)
+
+
+def test_other_verbs_refuse_a_classifier(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    cfg = config(tmp_path)
+    cfg["train"]["max_steps"] = 2
+    assert main(["train", write(tmp_path, cfg), "--run-dir", str(run_dir)]) == 0
+    assert main(["translate", str(run_dir), "x"]) == 2
+    assert "is a classifier; use `seqmap classify` instead" in capsys.readouterr().err
+
+
+def test_a_label_training_never_saw_is_one_line_naming_it(tmp_path, capsys):
+    cfg = config(tmp_path)
+    (tmp_path / "valid.tsv").write_text("the player\tgames\nthe server\tweb\n")
+    assert main(["train", write(tmp_path, cfg), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "data.valid: label 'web' is not one of the 3 classes seen in training (games, libs, net)" in err
+
+
+def test_max_classes_merges_the_rarest_labels_into_other(tmp_path):
+    from seqmap.data.pipeline import load_classification
+
+    cfg = from_dict(RunConfig, config(tmp_path, max_classes=2))
+    data = load_classification(cfg.data, tmp_path / "run", log=lambda line: None)
+    assert data.labels.names[-1] == "other" and len(data.labels) == 2 and len(data.labels.merged) == 2
+
+
+@pytest.mark.parametrize("model, data, train, message", [
+    ({"family": "classifier"}, {"task": "translation"}, {}, "model.family=classifier and data.task=classification"),
+    ({"family": "transformer"}, {"task": "classification"}, {}, "go together"),
+    ({"family": "classifier"}, {"task": "classification"}, {"early_stopping": "bleu"}, "not measured for class"),
+    ({"family": "transformer"}, {"task": "translation"}, {"early_stopping": "accuracy"}, "a classification metric"),
+    ({"family": "classifier", "positional": "learned", "max_len": 64}, {"task": "classification", "max_len": 64},
+     {}, r"data.max_len \+ 1 \(CLS\)"),
+])
+def test_config_mistakes_across_sections_are_one_line(model, data, train, message):
+    with pytest.raises(ConfigError, match=message):
+        from_dict(RunConfig, {"model": model, "data": data, "train": train})
+
+
+def test_a_classification_file_without_a_label_column_names_the_line(tmp_path):
+    from seqmap.data.pipeline import load_classification
+
+    cfg = from_dict(RunConfig, config(tmp_path))
+    (tmp_path / "train.tsv").write_text("a text with no label\n")
+    with pytest.raises(DataError, match="line 1 has 1 tab-separated column"):
+        load_classification(cfg.data, tmp_path / "run", log=lambda line: None)
