@@ -63,8 +63,10 @@ def test_other_verbs_refuse_a_classifier(tmp_path, capsys):
     cfg = config(tmp_path)
     cfg["train"]["max_steps"] = 2
     assert main(["train", write(tmp_path, cfg), "--run-dir", str(run_dir)]) == 0
-    assert main(["translate", str(run_dir), "x"]) == 2
-    assert "is a classifier; use `seqmap classify` instead" in capsys.readouterr().err
+    for verb in (["translate", str(run_dir), "x"], ["generate", str(run_dir)], ["serve", str(run_dir)],
+                 ["evaluate", str(run_dir), "--src", "a", "--ref", "b"]):
+        assert main(verb) == 2, verb
+        assert "is a classifier" in capsys.readouterr().err, verb
 
 
 def test_a_label_training_never_saw_is_one_line_naming_it(tmp_path, capsys):
@@ -103,3 +105,18 @@ def test_a_classification_file_without_a_label_column_names_the_line(tmp_path):
     (tmp_path / "train.tsv").write_text("a text with no label\n")
     with pytest.raises(DataError, match="line 1 has 1 tab-separated column"):
         load_classification(cfg.data, tmp_path / "run", log=lambda line: None)
+
+
+def test_plot_attention_of_a_classifier_shows_the_cls_row_and_the_prediction(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from seqmap.visualize import plot_run_attention
+
+    run_dir = tmp_path / "run"
+    assert main(["train", write(tmp_path, config(tmp_path)), "--run-dir", str(run_dir)]) == 0
+    run = load_run(run_dir)
+    fig = plot_run_attention(run, "the player of the quest", tmp_path / "a.png")
+    maps = [ax.images[0].get_array() for ax in fig.axes if ax.images]
+    assert len(maps) == 2 and maps[0].shape == (6, 6)  # 1 layer x 2 heads; <cls> + 5 words
+    assert "predicted: games" in fig._suptitle.get_text()

@@ -265,6 +265,8 @@ def plot_run_attention(run, text: str, path: str | Path, *, hypothesis: str | No
                               xlabel="keys", ylabel="queries")
     src_ids = run.src_tok.encode(text)
     src_labels = run.src_tok.tokens(text) or run.src_tok.pieces([EOS])  # an empty source reads one EOS
+    if getattr(run, "labels", None) is not None:  # a classifier: its encoder's self-attention is all it has
+        return _plot_classifier_attention(run, text, src_ids, src_labels, path, which, layer, head, title)
     if which == "encoder":
         weights = encoder_attention(model, src_ids, device=device)
         if weights is None:
@@ -288,6 +290,21 @@ def plot_run_attention(run, text: str, path: str | Path, *, hypothesis: str | No
         raise NoAttentionError(NO_ATTENTION)
     return plot_attention(weights, src_labels, [*hyp_labels, eos], path, layer, head,
                           title or _title("cross", layer, head))
+
+
+def _plot_classifier_attention(run, text: str, src_ids: list[int], src_labels: list[str], path: Path, which: str,
+                               layer: int | None, head: int | str | None, title: str | None) -> Figure:
+    """A classifier's self-attention over the text (with ``cls`` pooling, the CLS row is what the prediction read)."""
+    if which == "decoder":
+        raise NoAttentionError("a classifier has no decoder; plot its self-attention (which='cross' or 'encoder')")
+    weights = encoder_attention(run.model, src_ids, device=run.device)  # (L, H, S', S')
+    labels = ["<cls>", *src_labels] if run.cfg.model.pooling == "cls" else src_labels
+    with torch.no_grad():
+        src = torch.tensor([src_ids], device=run.device)
+        predicted = int(run.model(src, None).argmax(-1))
+    title = title or f"{_title('self', layer, head)}, predicted: {run.labels.decode(predicted)}"
+    return plot_attention(weights, labels, labels, path, layer, head, title,
+                          xlabel="text (keys)", ylabel="text (queries)")
 
 
 def _translate(run, src_ids: list[int]) -> list[int]:
