@@ -375,10 +375,9 @@ class RunTrainer:
                       f"{f', {self.dist.world_size} processes' if self.dist.enabled else ''}")
 
     # -- batches ------------------------------------------------------------------------
-    def _translation_batches(self):
+    def _epoch_batches(self, src_len: list[int], tgt_len: list[int], collate):
+        """Token-budget batches of the training rows, length-bucketed and shuffled per epoch, resumable."""
         t, train = self.cfg.train, self.data.train
-        src_len = [len(s) for s, _ in train]
-        tgt_len = [len(t_) + 1 for _, t_ in train]
 
         def batches_fn(epoch: int):
             batches = token_budget_batches(src_len, tgt_len, t.max_tokens, shuffle=True, seed=t.seed, epoch=epoch)
@@ -389,24 +388,16 @@ class RunTrainer:
         for epoch, _, indices in iterator:
             self.state["data"] = iterator.state_dict()
             self.state["epoch"] = epoch
-            yield collate_pairs([train[i] for i in indices])
+            yield collate([train[i] for i in indices])
+
+    def _translation_batches(self):
+        train = self.data.train
+        return self._epoch_batches([len(s) for s, _ in train], [len(t) + 1 for _, t in train], collate_pairs)
 
     def _classification_batches(self):
-        """Token-budget batches of (token ids, class id) rows, length-bucketed and shuffled per epoch."""
-        t, train = self.cfg.train, self.data.train
-        lengths = [len(ids) + 1 for ids, _ in train]  # + the CLS vector
-
-        def batches_fn(epoch: int):
-            batches = token_budget_batches(lengths, [1] * len(train), t.max_tokens, shuffle=True, seed=t.seed,
-                                           epoch=epoch)
-            return shard(batches, self.dist.rank, self.dist.world_size)
-
-        iterator = EpochIterator(batches_fn, **self.state["data"],
-                                 max_epochs=t.max_epochs if t.max_epochs > 0 else None)
-        for epoch, _, indices in iterator:
-            self.state["data"] = iterator.state_dict()
-            self.state["epoch"] = epoch
-            yield collate_labels([train[i] for i in indices])
+        """(token ids, class id) rows; a row's length counts the CLS vector."""
+        train = self.data.train
+        return self._epoch_batches([len(ids) + 1 for ids, _ in train], [1] * len(train), collate_labels)
 
     def _lm_position(self) -> int:
         """Micro-batches read so far: stored in the checkpoint (a checkpoint from before that: from the step)."""
