@@ -34,6 +34,8 @@ from seqmap.runs import LoadedRun
 from seqmap.training.checkpoint import load_checkpoint
 from seqmap.training.validate import (
     classification_metrics,
+    classification_scores,
+    classify_rows,
     eval_context,
     lm_batches,
     summed_nll,
@@ -195,4 +197,25 @@ def _classification_test(trainer: RunTrainer) -> dict | None:
     log.metrics("test", trainer.state["step"], **result)
     log.info(f"test ({len(rows)} texts, {best.name}): accuracy {result['accuracy']:.2f} macro-F1 "
              f"{result['macro_f1']:.2f} loss {result['loss']:.4f}")
+    return result
+
+
+def evaluate_classifier(run: LoadedRun, path: str | Path, *, text_column: int = 0, label_column: int = 1,
+                        max_tokens: int = 4096) -> dict:
+    """Accuracy, macro-F1, loss and the confusion matrix of a classifier on a TSV of (text, label) rows.
+
+    Texts are read as training read them (the tokenizer's normalization); a label outside the run's
+    classes is an error naming it (unless the run has an ``other`` class, which takes it).
+    """
+    from seqmap.data.corpus import read_tsv
+
+    pairs = read_tsv(path, "--data", text_column, label_column)
+    rows = [(run.src_tok.encode(text), run.labels.encode(label.strip(), where=f"{path} line {n}"))
+            for n, (text, label) in enumerate(pairs, start=1)]
+    if not rows:
+        raise ValueError(f"{path}: no rows to evaluate")
+    predicted, nll_sum = classify_rows(run.model, rows, max_tokens, run.device)
+    gold = [label for _, label in rows]
+    result = classification_scores(predicted, gold, nll_sum, len(run.labels))
+    result["confusion"] = mt.confusion_matrix(predicted, gold, len(run.labels))
     return result

@@ -69,6 +69,40 @@ def test_other_verbs_refuse_a_classifier(tmp_path, capsys):
         assert "is a classifier" in capsys.readouterr().err, verb
 
 
+def test_evaluate_a_classifier_with_its_confusion_matrix(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["train", write(tmp_path, config(tmp_path)), "--run-dir", str(run_dir)]) == 0
+    capsys.readouterr()
+    test = str(tmp_path / "test.tsv")
+    assert main(["evaluate", str(run_dir), "--data", test, "--confusion", str(tmp_path / "c.svg")]) == 0
+    out = capsys.readouterr().out
+    assert "(60 examples, 3 classes)" in out and "confusion matrix written to" in out
+    # the same figures as the test split scored at the end of training
+    logged = [line for line in (run_dir / "train.log").read_text().splitlines() if "test (60 texts" in line][0]
+    accuracy = out.split("accuracy = ")[1].split()[0]
+    assert f"accuracy {accuracy}" in logged
+    svg = (tmp_path / "c.svg").read_text()
+    assert all(name in svg for name in ("games", "libs", "net", "predicted", "gold"))
+    (tmp_path / "bad.tsv").write_text("the player\tgames\nthe server\tweb\n")
+    assert main(["evaluate", str(run_dir), "--data", str(tmp_path / "bad.tsv")]) == 2
+    assert "bad.tsv line 2: label 'web' is not one of the 3 classes" in capsys.readouterr().err
+    assert main(["evaluate", str(run_dir)]) == 2
+    assert "evaluate it on --data FILE" in capsys.readouterr().err
+
+
+def test_confusion_matrix_counts_gold_rows_and_predicted_columns(tmp_path):
+    from seqmap.metrics import confusion_matrix
+    from seqmap.visualize import plot_confusion
+
+    m = confusion_matrix([0, 1, 1, 2, 0], [0, 1, 2, 2, 1], 3)
+    assert m == [[1, 0, 0], [1, 1, 0], [0, 1, 1]]
+    fig = plot_confusion(m, ["a", "b", "c"], tmp_path / "m.png")
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts == ["1", "0", "0", "1", "1", "0", "0", "1", "1"]
+    with pytest.raises(ValueError, match="must be 3 x 3"):
+        plot_confusion([[1, 2]], ["a", "b", "c"], tmp_path / "m.png")
+
+
 def test_a_label_training_never_saw_is_one_line_naming_it(tmp_path, capsys):
     cfg = config(tmp_path)
     (tmp_path / "valid.tsv").write_text("the player\tgames\nthe server\tweb\n")

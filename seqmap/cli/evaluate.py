@@ -13,9 +13,13 @@ def add_parser(commands) -> None:
         commands, "evaluate", "score a trained run on a test set (sacreBLEU BLEU, chrF, TER, perplexity)",
         "Translate --src, score against --ref with sacreBLEU (BLEU tokenizer chosen by the target\n"
         "language: zh for Chinese, 13a otherwise) and report the reference perplexity.",
-        "example:\n  seqmap evaluate runs/de-en --src data/multi30k/test2016.de --ref data/multi30k/test2016.en")
-    evaluate.add_argument("--src", required=True, help="source sentences, one per line")
-    evaluate.add_argument("--ref", required=True, help="reference translations, aligned with --src")
+        "examples:\n  seqmap evaluate runs/de-en --src data/multi30k/test2016.de --ref data/multi30k/test2016.en\n"
+        "  seqmap evaluate runs/sections --data test.tsv --confusion confusion.png")
+    evaluate.add_argument("--src", help="source sentences, one per line")
+    evaluate.add_argument("--ref", help="reference translations, aligned with --src")
+    evaluate.add_argument("--data", help="a classifier: a TSV of text<TAB>label rows (the columns of data.src_column "
+                                         "and data.tgt_column)")
+    evaluate.add_argument("--confusion", help="a classifier: also draw the confusion matrix here (.png or .svg)")
     evaluate.add_argument("--out", help="where to write the hypotheses (default: RUN_DIR/eval/SRC.hyp)")
     evaluate.add_argument("--nbest", type=int, default=1, help="also write N-best lists to OUT.nbest")
     evaluate.add_argument("--tokenize", help="sacreBLEU tokenizer (default: zh for Chinese targets, else 13a)")
@@ -32,7 +36,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     run = load(args)
     if run.cfg.data.task == "classification":
-        raise UserError(f"{args.run_dir} is a classifier; use `seqmap classify` instead")
+        return _evaluate_classifier(run, args)
+    if args.src is None or args.ref is None:
+        raise UserError("a translation run is evaluated on --src FILE and --ref FILE")
     if run.src_tok is None:
         raise UserError(f"{args.run_dir} is a language model; evaluate needs a translation run")
     out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")
@@ -54,4 +60,26 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         c = result["compare"]
         print(f"paired bootstrap against {args.compare}: BLEU {c['bleu']:.2f} vs {c['other_bleu']:.2f}, "
               f"p = {c['p_value']:.4f}   {c['signature']}")
+    return 0
+
+
+def _evaluate_classifier(run, args: argparse.Namespace) -> int:
+    from seqmap.evaluation import evaluate_classifier
+
+    if args.data is None:
+        raise UserError(f"{args.run_dir} is a classifier: evaluate it on --data FILE (a TSV of text<TAB>label)")
+    d = run.cfg.data
+    try:
+        result = evaluate_classifier(run, args.data, text_column=d.src_column, label_column=d.tgt_column,
+                                     max_tokens=run.cfg.train.max_tokens)
+    except ValueError as e:  # a label outside the classes, a malformed row, an empty file
+        raise UserError(str(e)) from None
+    print(f"accuracy = {result['accuracy']:.2f}   macro-F1 = {result['macro_f1']:.2f}   loss = {result['loss']:.4f}"
+          f"   ({result['examples']} examples, {len(run.labels)} classes)")
+    if args.confusion:
+        from seqmap.visualize import plot_confusion
+
+        plot_confusion(result["confusion"], run.labels.names, args.confusion,
+                       title=f"{Path(args.data).name}: accuracy {result['accuracy']:.1f}%")
+        print(f"confusion matrix written to {args.confusion}")
     return 0

@@ -70,12 +70,16 @@ def classify_rows(model, rows, max_tokens: int, device) -> tuple[list[int], floa
     return predicted, nll_sum
 
 
+def classification_scores(predicted: list[int], gold: list[int], nll_sum: float, n_classes: int) -> dict:
+    """loss (mean NLL per example), accuracy and macro-F1 (percent), and the number of examples."""
+    return {"loss": nll_sum / len(gold), "accuracy": mt.accuracy(predicted, gold),
+            "macro_f1": mt.macro_f1(predicted, gold, n_classes), "examples": len(gold)}
+
+
 def classification_metrics(model, rows, n_classes: int, max_tokens: int, device) -> dict:
-    """loss (mean NLL per example), accuracy and macro-F1 (percent) of (token ids, class id) rows."""
+    """``classification_scores`` of the model's predictions on (token ids, class id) rows."""
     predicted, nll_sum = classify_rows(model, rows, max_tokens, device)
-    gold = [label for _, label in rows]
-    return {"loss": nll_sum / len(rows), "accuracy": mt.accuracy(predicted, gold),
-            "macro_f1": mt.macro_f1(predicted, gold, n_classes), "examples": len(rows)}
+    return classification_scores(predicted, [label for _, label in rows], nll_sum, n_classes)
 
 
 def validate(model, data, cfg: RunConfig, device, log) -> dict:

@@ -1,9 +1,10 @@
-"""Plots: attention heatmaps, training curves, positional encodings.
+"""Plots: attention heatmaps, training curves, positional encodings, confusion matrices.
 
     plot_attention(weights, src_tokens, tgt_tokens, "attn.png")    # (T, S) or (L, H, T, S)
     plot_run_attention(load_run(run_dir), "ein Haus", "attn.svg")   # translate, force-decode, plot
     plot_curves(run_dir, "curves.png")                              # from RUN_DIR/metrics.jsonl
     plot_positional(64, 100, "positions.png")                       # sinusoidal table and RoPE angles
+    plot_confusion(matrix, class_names, "confusion.png")            # a classifier's gold x predicted counts
 
 Every function builds a ``matplotlib.figure.Figure`` directly (no pyplot): no GUI
 backend is touched, no global figure is left open, and the figure is returned for
@@ -17,9 +18,10 @@ This package needs matplotlib; the rest of seqmap does not import it.
 from __future__ import annotations
 
 from seqmap.visualize.attention import plot_attention, plot_run_attention
+from seqmap.visualize.confusion import plot_confusion
 from seqmap.visualize.curves import plot_curves
 from seqmap.visualize.figures import FORMATS, figure_inches, save_figure
 from seqmap.visualize.positional import plot_positional
 
-__all__ = ["FORMATS", "figure_inches", "plot_attention", "plot_curves", "plot_positional", "plot_run_attention",
-           "save_figure"]
+__all__ = ["FORMATS", "figure_inches", "plot_attention", "plot_confusion", "plot_curves", "plot_positional",
+           "plot_run_attention", "save_figure"]
