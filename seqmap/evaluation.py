@@ -28,7 +28,7 @@ from sacrebleu.significance import PairedTest
 
 from seqmap import metrics as mt
 from seqmap.config import DecodeConfig
-from seqmap.data.corpus import read_lines, read_parallel
+from seqmap.data.corpus import read_lines, read_parallel, read_tsv
 from seqmap.decoding.text import Scored, translate_texts
 from seqmap.runs import LoadedRun
 from seqmap.training.checkpoint import load_checkpoint
@@ -207,8 +207,6 @@ def evaluate_classifier(run: LoadedRun, path: str | Path, *, text_column: int = 
     Texts are read as training read them (the tokenizer's normalization); a label outside the run's
     classes is an error naming it (unless the run has an ``other`` class, which takes it).
     """
-    from seqmap.data.corpus import read_tsv
-
     pairs = read_tsv(path, "--data", text_column, label_column)
     rows = [(run.src_tok.encode(text), run.labels.encode(label.strip(), where=f"{path} line {n}"))
             for n, (text, label) in enumerate(pairs, start=1)]

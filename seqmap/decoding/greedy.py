@@ -121,13 +121,13 @@ def prefill_each(model, memory, prompts: Sequence[Tensor], *,
         row = torch.tensor([b], device=prompt.device)
         out, state, attn = model.decode_step(prompt[None], memory.index_select(row), None,
                                              need_attention=need_attention)
+        stack = getattr(type(state), "stack", None)
+        if stack is None:  # known after the first prompt: do not prefill the others
+            raise ValueError(f"{type(model).__name__} cannot batch prompts of unequal length (its "
+                             f"{type(state).__name__} has no stack); group them by length")
         logits.append(out[:, -1:])
         states.append(state)
         attention.append(last_query(attn))
-    stack = getattr(type(states[0]), "stack", None)
-    if stack is None:
-        raise ValueError(f"{type(model).__name__} cannot batch prompts of unequal length (its "
-                         f"{type(states[0]).__name__} has no stack); group them by length")
     if attention[0] is None:
         return torch.cat(logits), stack(states), None
     keys = max(a.size(-1) for a in attention)
