@@ -13,12 +13,12 @@ and the checkpoint kept is the last one where both did at once. Test accuracy is
 One thread by default (``--threads``): accuracies are then deterministic per seed. This loop is a
 stand-in until seqmap's trainer takes a graph task; keep it minimal.
 
-Results (test accuracy, mean +- std over seeds 0-9, one thread, torch 2.13 CPU; seconds from a busy
-shared machine, a rough guide only):
+Results (test accuracy, mean +- std over seeds 0-9, one thread, torch 2.13 CPU; times not yet measured
+on a quiet machine):
 
     --select both --patience 100 (the authors' rule, the defaults): Cora 83.14 +- 0.53, CiteSeer 72.46 +- 0.56
-    --select acc --patience 200 (best val accuracy; ties to lower val loss): Cora 83.02 +- 0.55 (val 82.70,
-        27-50 s a seed), CiteSeer 72.67 +- 0.50 (val 74.38, 35-76 s a seed)
+    --select acc --patience 200 (best val accuracy; ties to lower val loss): Cora 83.02 +- 0.55 (val 82.70),
+        CiteSeer 72.67 +- 0.50 (val 74.38)
 
 The second has the higher mean validation accuracy on both graphs (82.70 vs 82.48, 74.38 vs 74.24), so it is
 the recipe; ``--trace`` records every epoch, from which any selection rule and patience can be replayed exactly
