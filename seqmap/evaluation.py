@@ -29,14 +29,18 @@ from sacrebleu.significance import PairedTest
 from seqmap import metrics as mt
 from seqmap.config import DecodeConfig
 from seqmap.data.corpus import read_lines, read_parallel, read_tsv
+from seqmap.data.images import read_split
 from seqmap.decoding.text import Scored, translate_texts
 from seqmap.runs import LoadedRun
 from seqmap.training.checkpoint import load_checkpoint
 from seqmap.training.validate import (
     classification_metrics,
     classification_scores,
+    classify_batches,
     classify_rows,
     eval_context,
+    image_batches,
+    image_metrics,
     lm_batches,
     summed_nll,
     translation_batches,
@@ -159,6 +163,8 @@ def evaluate_test_split(trainer: RunTrainer) -> dict | None:
     cfg, data, log = trainer.cfg, trainer.data, trainer.log
     if cfg.data.task == "classification":
         return _classification_test(trainer)
+    if cfg.data.task == "image":
+        return _image_test(trainer)
     lm = cfg.data.task == "lm"
     test = data.test if lm else data.test_text
     if not test:
@@ -197,6 +203,43 @@ def _classification_test(trainer: RunTrainer) -> dict | None:
     log.metrics("test", trainer.state["step"], **result)
     log.info(f"test ({len(rows)} texts, {best.name}): accuracy {result['accuracy']:.2f} macro-F1 "
              f"{result['macro_f1']:.2f} loss {result['loss']:.4f}")
+    return result
+
+
+def _image_test(trainer: RunTrainer) -> dict | None:
+    """Loss, accuracy and macro-F1 of the best checkpoint on the test images (``data.test``)."""
+    cfg, data, log = trainer.cfg, trainer.data, trainer.log
+    if data.test is None:
+        return None
+    best = trainer.checkpoints.best() or trainer.checkpoints.latest()
+    load_checkpoint(best, model=trainer.model)
+    labels = [data.labels.encode(v, where="data.test") for v in data.test.labels]
+    result = image_metrics(trainer.model.eval(), data.test.images, labels, len(data.labels), cfg.train.batch_size,
+                           trainer.device)
+    log.metrics("test", trainer.state["step"], **result)
+    log.info(f"test ({len(labels)} images, {best.name}): accuracy {result['accuracy']:.2f} macro-F1 "
+             f"{result['macro_f1']:.2f} loss {result['loss']:.4f}")
+    return result
+
+
+def evaluate_images(run: LoadedRun, path: str | Path, *, batch_size: int = 256) -> dict:
+    """Accuracy, macro-F1, loss and the confusion matrix of an image classifier on an .npz or a folder of images.
+
+    A folder's images are converted to the run's channels and resized to its image size; an .npz's arrays
+    must have that shape already. A label outside the run's classes is an error naming it.
+    """
+    m = run.cfg.model
+    images = read_split(path, "test", "--data", mode="L" if m.image_channels == 1 else "RGB",
+                        size=(m.image_height, m.image_width))
+    want = (m.image_channels, m.image_height, m.image_width)
+    if images.shape != want:
+        raise ValueError(f"{path}: images are {'x'.join(map(str, images.shape))} but the run reads "
+                         f"{'x'.join(map(str, want))} (channels x height x width)")
+    gold = [run.labels.encode(v, where=str(path)) for v in images.labels]
+    predicted, nll_sum = classify_batches(run.model, image_batches(images.images, gold, batch_size), len(gold),
+                                          run.device)
+    result = classification_scores(predicted, gold, nll_sum, len(run.labels))
+    result["confusion"] = mt.confusion_matrix(predicted, gold, len(run.labels))
     return result
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from seqmap.config import ConfigError, RunConfig, from_dict
+from seqmap.config import CLASSIFICATION_TASKS, ConfigError, RunConfig, from_dict
 from seqmap.data.labels import LabelSet
 from seqmap.data.pipeline import LABELS_FILE
 from seqmap.data.tokenizers import Tokenizer, load_pair
@@ -29,11 +29,11 @@ class RunError(ValueError):
 class LoadedRun:
     cfg: RunConfig
     model: nn.Module
-    src_tok: Tokenizer | None  # None for a language model
-    tgt_tok: Tokenizer
+    src_tok: Tokenizer | None  # None for a language model and for images
+    tgt_tok: Tokenizer | None  # None for images
     checkpoint: Path
     device: torch.device
-    labels: LabelSet | None = None  # a classifier's classes (None for the other tasks)
+    labels: LabelSet | None = None  # a classifier's classes (text or images; None for the other tasks)
 
 
 def find_checkpoint(path: str | Path, which: str = "best") -> Path:
@@ -69,10 +69,11 @@ def load_run(path: str | Path, which: str = "best", device: str | torch.device =
     tok_dir = checkpoint / TOKENIZER_DIR
     if not tok_dir.exists():
         tok_dir = checkpoint.parent.parent / "tokenizer"
-    src_tok, tgt_tok = load_pair(tok_dir)
+    task = cfg.data.task
+    src_tok, tgt_tok = (None, None) if task == "image" else load_pair(tok_dir)
     model = build_model(cfg.model)
     load_checkpoint(checkpoint, model=model)
     device = torch.device(device)
     model.to(device).eval()
-    labels = LabelSet.load(tok_dir / LABELS_FILE) if cfg.data.task == "classification" else None
-    return LoadedRun(cfg, model, None if cfg.data.task == "lm" else src_tok, tgt_tok, checkpoint, device, labels)
+    labels = LabelSet.load(tok_dir / LABELS_FILE) if task in CLASSIFICATION_TASKS else None
+    return LoadedRun(cfg, model, None if task == "lm" else src_tok, tgt_tok, checkpoint, device, labels)

@@ -1,21 +1,25 @@
-"""``seqmap classify RUN_DIR [TEXT ...] [--input FILE]``: the class of each text, by a trained classifier."""
+"""``seqmap classify RUN_DIR [TEXT ...] [--input FILE]``: the class of each text (or image file), by a classifier."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from seqmap.cli.common import UserError, load, run_parser
+from seqmap.cli.common import UserError, load, read_run_image, run_parser
 
 
 def add_parser(commands) -> None:
     classify = run_parser(
-        commands, "classify", "the class of each text, by a trained classifier",
+        commands, "classify", "the class of each text (or image), by a trained classifier",
         "Print one line per text: the predicted class, a tab, and its probability.\n"
-        "Texts come from the arguments, from --input FILE (one per line), or from stdin.",
+        "Texts come from the arguments, from --input FILE (one per line), or from stdin.\n"
+        "An image classifier (model.family=vit) reads image files instead (PNG, JPEG, ...), converted\n"
+        "to its channels and resized to its image size.",
         "examples:\n  seqmap classify runs/sections \"a library for parsing JSON\"\n"
-        "  seqmap classify runs/sections --input texts.txt --top 3")
-    classify.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify")
+        "  seqmap classify runs/sections --input texts.txt --top 3\n"
+        "  seqmap classify runs/mnist_vit digit.png --top 3")
+    classify.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify (image files for an image "
+                                                                     "classifier)")
     classify.add_argument("--input", help="a file of texts, one per line")
     classify.add_argument("--top", type=int, default=1, help="print the k most likely classes (default 1)")
     classify.set_defaults(handler=cmd_classify)
@@ -24,11 +28,11 @@ def add_parser(commands) -> None:
 def cmd_classify(args: argparse.Namespace) -> int:
     import torch
 
-    from seqmap.data.batching import collate_labels
+    from seqmap.data.batching import collate_images, collate_labels
 
     if args.texts and args.input:
         raise UserError("give texts as arguments or --input FILE, not both")
-    run = load(args, task="classification")
+    run = load(args, task=("classification", "image"))
     if args.top < 1:
         raise UserError(f"--top must be at least 1, got {args.top}")
     if args.input:
@@ -41,7 +45,10 @@ def cmd_classify(args: argparse.Namespace) -> int:
         raise UserError("nothing to classify: give TEXT arguments, --input FILE, or pipe texts into stdin")
     labels, k = run.labels, min(args.top, len(run.labels))
     for text in texts:
-        batch = collate_labels([(run.src_tok.encode(text), 0)]).to(run.device)
+        if run.cfg.data.task == "image":
+            batch = collate_images(read_run_image(run, text)[None], [0]).to(run.device)
+        else:
+            batch = collate_labels([(run.src_tok.encode(text), 0)]).to(run.device)
         with torch.no_grad():
             probs = run.model(batch.src, batch.src_mask).softmax(-1)[0]
         top = probs.topk(k)

@@ -34,19 +34,28 @@ def run_parser(commands, name: str, help_: str, description: str, epilog: str) -
 
 
 USE_FOR = {"translation": "seqmap translate / evaluate", "lm": "seqmap generate",
-           "classification": "seqmap classify"}  # what to run on a run of each data.task
+           "classification": "seqmap classify", "image": "seqmap classify"}  # what to run on each data.task
 
 
-def load(args: argparse.Namespace, task: str | None = None):
-    """The trained run that ``run_parser``'s options name; ``task``: the ``data.task`` the command needs."""
+def load(args: argparse.Namespace, task: str | tuple[str, ...] | None = None):
+    """The trained run that ``run_parser``'s options name; ``task``: the ``data.task`` (or tasks) the command takes."""
     from seqmap.runs import load_run
 
     threads(getattr(args, "threads", None))
     run = load_run(args.run_dir, args.checkpoint, args.device)
-    if task is not None and run.cfg.data.task != task:
-        raise UserError(f"{args.run_dir} was trained for data.task={run.cfg.data.task}, not {task}; use "
-                        f"`{USE_FOR[run.cfg.data.task]}` on it")
+    tasks = (task,) if isinstance(task, str) else task
+    if tasks is not None and run.cfg.data.task not in tasks:
+        raise UserError(f"{args.run_dir} was trained for data.task={run.cfg.data.task}, not {' or '.join(tasks)}; "
+                        f"use `{USE_FOR[run.cfg.data.task]}` on it")
     return run
+
+
+def read_run_image(run, path: str):
+    """An image file as the image classifier ``run`` reads it: (C, H, W) uint8 in its channels and size."""
+    from seqmap.data.images import read_image_file
+
+    m = run.cfg.model
+    return read_image_file(path, "L" if m.image_channels == 1 else "RGB", (m.image_height, m.image_width))
 
 
 def decode_config(run, args: argparse.Namespace):

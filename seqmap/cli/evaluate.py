@@ -18,7 +18,8 @@ def add_parser(commands) -> None:
     evaluate.add_argument("--src", help="source sentences, one per line")
     evaluate.add_argument("--ref", help="reference translations, aligned with --src")
     evaluate.add_argument("--data", help="a classifier: a TSV of text<TAB>label rows (the columns of data.src_column "
-                                         "and data.tgt_column)")
+                                         "and data.tgt_column); an image classifier: an .npz or a folder of class "
+                                         "sub-folders")
     evaluate.add_argument("--confusion", help="a classifier: also draw the confusion matrix here (.png or .svg)")
     evaluate.add_argument("--out", help="where to write the hypotheses (default: RUN_DIR/eval/SRC.hyp)")
     evaluate.add_argument("--nbest", type=int, default=1, help="also write N-best lists to OUT.nbest")
@@ -35,7 +36,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from seqmap.evaluation import evaluate_files
 
     run = load(args)
-    if run.cfg.data.task == "classification":
+    if run.cfg.data.task in ("classification", "image"):
         return _evaluate_classifier(run, args)
     if args.src is None or args.ref is None:
         raise UserError("a translation run is evaluated on --src FILE and --ref FILE")
@@ -64,14 +65,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _evaluate_classifier(run, args: argparse.Namespace) -> int:
-    from seqmap.evaluation import evaluate_classifier
+    from seqmap.evaluation import evaluate_classifier, evaluate_images
 
+    images = run.cfg.data.task == "image"
     if args.data is None:
-        raise UserError(f"{args.run_dir} is a classifier: evaluate it on --data FILE (a TSV of text<TAB>label)")
+        what = "PATH (an .npz, or a folder of class sub-folders)" if images else "FILE (a TSV of text<TAB>label)"
+        raise UserError(f"{args.run_dir} is {'an image' if images else 'a'} classifier: evaluate it on --data {what}")
     d = run.cfg.data
     try:
-        result = evaluate_classifier(run, args.data, text_column=d.src_column, label_column=d.tgt_column,
-                                     max_tokens=run.cfg.train.max_tokens)
+        result = (evaluate_images(run, args.data, batch_size=run.cfg.train.batch_size) if images else
+                  evaluate_classifier(run, args.data, text_column=d.src_column, label_column=d.tgt_column,
+                                      max_tokens=run.cfg.train.max_tokens))
     except ValueError as e:  # a label outside the classes, a malformed row, an empty file
         raise UserError(str(e)) from None
     print(f"accuracy = {result['accuracy']:.2f}   macro-F1 = {result['macro_f1']:.2f}   loss = {result['loss']:.4f}"

@@ -24,7 +24,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from seqmap.decoding.text import generate_texts
 
     run = load(args)
-    if run.cfg.data.task == "classification":
+    if run.cfg.data.task in ("classification", "image"):
         raise UserError(f"{args.run_dir} is a classifier; use `seqmap classify` instead")
     if run.src_tok is not None:
         raise UserError(f"{args.run_dir} is a translation model; use `seqmap translate` instead")

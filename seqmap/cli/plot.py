@@ -15,6 +15,8 @@ def add_parser(commands) -> None:
         description="attention RUN_DIR --text T: heatmaps of what each output token attended to\n"
                     "  (source x output; Transformers: every layer and head, or --layer/--head;\n"
                     "  --self encoder for the encoder's self-attention).\n"
+                    "attention RUN_DIR --image FILE: an image classifier (ViT): attention rollout and the\n"
+                    "  last layer's class-token attention over the image.\n"
                     "curves RUN_DIR: training and validation curves from metrics.jsonl.\n"
                     "positional: the sinusoidal encoding and the RoPE rotation for a width.\n"
                     "The format follows --out's suffix: .png or .svg.",
@@ -25,6 +27,7 @@ def add_parser(commands) -> None:
     plot.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run directory (attention, curves)")
     plot.add_argument("--out", required=True, help="output image, .png or .svg")
     plot.add_argument("--text", help="attention: the source sentence (an LM: the text)")
+    plot.add_argument("--image", help="attention: an image file, for an image classifier (model.family=vit)")
     plot.add_argument("--hyp", help="attention: force this output instead of decoding one")
     plot.add_argument("--layer", type=int, help="attention: one layer (default: all)")
     plot.add_argument("--head", help="attention: one head, or 'mean' (default: all)")
@@ -57,11 +60,17 @@ def _plot(args: argparse.Namespace, visualize) -> None:
     elif args.what == "curves":
         visualize.plot_curves(args.run_dir, out, title=args.title)
     else:
-        if not args.text:
-            raise UserError("seqmap plot attention needs --text SENTENCE")
         from seqmap.runs import load_run
 
         run = load_run(args.run_dir, args.checkpoint)
+        if run.cfg.data.task == "image":
+            if not args.image:
+                raise UserError(f"{args.run_dir} classifies images: seqmap plot attention needs --image FILE")
+            head = None if args.head in (None, "mean") else int(args.head)
+            visualize.plot_image_attention(run, args.image, out, head=head, title=args.title)
+            return
+        if not args.text:
+            raise UserError("seqmap plot attention needs --text SENTENCE")
         head = args.head if args.head in (None, "mean") else int(args.head)
         visualize.plot_run_attention(run, args.text, out, hypothesis=args.hyp, which=args.self or "cross",
                                      layer=args.layer, head=head, title=args.title)

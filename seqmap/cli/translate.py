@@ -33,7 +33,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     from seqmap.decoding.text import translate_nbest
 
     run = load(args)
-    if run.cfg.data.task == "classification":
+    if run.cfg.data.task in ("classification", "image"):
         raise UserError(f"{args.run_dir} is a classifier; use `seqmap classify` instead")
     if run.src_tok is None:
         raise UserError(f"{args.run_dir} is a language model; use `seqmap generate` instead")

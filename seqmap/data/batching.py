@@ -102,6 +102,21 @@ def token_budget_batches(
     return batches
 
 
+def fixed_size_batches(n: int, batch_size: int, *, shuffle: bool, seed: int = 0, epoch: int = 0) -> list[list[int]]:
+    """Indices 0..n-1 in batches of ``batch_size`` (the last one smaller), a new order per (seed, epoch) if shuffled.
+
+    For inputs of one size (images), where a token budget has nothing to balance.
+    """
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be > 0, got {batch_size}")
+    if shuffle:
+        generator = torch.Generator().manual_seed(_rng(seed, epoch, "example-order").getrandbits(63))
+        order = torch.randperm(n, generator=generator).tolist()
+    else:
+        order = list(range(n))
+    return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+
+
 def _lengths(lengths: Sequence[int] | Tensor) -> Tensor:
     if isinstance(lengths, Tensor):
         return lengths.detach().to("cpu", torch.long).reshape(-1)
@@ -243,6 +258,15 @@ def collate_labels(examples: Sequence[tuple[Sequence[int], int]], pad_id: int = 
     src, src_mask = _pad([torch.as_tensor(s, dtype=torch.long).reshape(-1) for s, _ in examples], pad_id)
     labels = torch.tensor([label for _, label in examples], dtype=torch.long)
     return LabelBatch(src, src_mask, labels, int((labels != NOT_SCORED).sum()))
+
+
+def collate_images(images: Tensor, labels: Tensor | Sequence[int]) -> LabelBatch:
+    """Images (B, C, H, W) and their class ids as a :class:`LabelBatch` (no padding: the mask is None)."""
+    labels = torch.as_tensor(labels, dtype=torch.long).reshape(-1)
+    if images.dim() != 4 or images.size(0) != labels.numel():
+        raise ValueError(f"collate_images needs (B, C, H, W) images and B labels, got {tuple(images.shape)} and "
+                         f"{labels.numel()}")
+    return LabelBatch(images, None, labels, int((labels != NOT_SCORED).sum()))
 
 
 def _pad(rows: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor]:

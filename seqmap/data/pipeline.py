@@ -20,6 +20,7 @@ from pathlib import Path
 from seqmap.config import DataConfig
 from seqmap.data import datasets
 from seqmap.data.corpus import DataError, FilterReport, cached_encode, filter_pairs, read_lines, read_parallel, read_tsv
+from seqmap.data.images import ImageSet, pixel_stats, read_split
 from seqmap.data.labels import LabelSet
 from seqmap.data.lexicon import lexicon_pairs
 from seqmap.data.normalize import TextNormalizer
@@ -48,6 +49,18 @@ class ClassificationData:
     valid_text: Pairs  # the kept validation (text, label) pairs
     test_text: Pairs
     reports: dict[str, FilterReport] = field(default_factory=dict)
+
+
+@dataclass
+class ImageData:
+    labels: LabelSet  # saved as RUN_DIR/tokenizer/labels.json (the run's only "tokenizer")
+    train: ImageSet
+    valid: ImageSet
+    test: ImageSet | None
+    train_ids: list[int]  # class ids of the training and validation images
+    valid_ids: list[int]
+    mean: list[float]  # per-channel pixel mean / std of the training images (0..255)
+    std: list[float]
 
 
 @dataclass
@@ -194,15 +207,7 @@ def load_classification(cfg: DataConfig, run_dir: Path, log: Callable[[str], Non
     norm = normalizer_for(cfg)
     texts = {k: [(norm(t), label.strip()) for t, label in v] for k, v in raw.items()}
     tok, _ = tokenizers_for(cfg, [t for t, _ in texts["train"]], [t for t, _ in texts["train"]], run_dir, log)
-    labels_path = run_dir / "tokenizer" / LABELS_FILE
-    if labels_path.exists():
-        labels = LabelSet.load(labels_path)
-    else:
-        labels = LabelSet.from_training([label for _, label in texts["train"]], cfg.max_classes)
-        labels.save(labels_path)
-    merged = f"; {len(labels.merged)} rarer labels joined '{labels.other}': {', '.join(labels.merged)}" \
-        if labels.merged else ""
-    log(f"classes: {len(labels)} ({', '.join(labels.names)}){merged}")
+    labels = _run_labels([label for _, label in texts["train"]], cfg, run_dir, log)
     cache, out, reports = run_dir / "cache", {}, {}
     for split in ("train", "valid"):
         ids_of = dict(zip((t for t, _ in texts[split]), cached_encode([t for t, _ in texts[split]], tok, cache,
@@ -217,6 +222,59 @@ def load_classification(cfg: DataConfig, run_dir: Path, log: Callable[[str], Non
     if not out["valid"]:
         raise DataError("no validation rows left after filtering; check data.valid and data.max_len")
     return ClassificationData(tok, labels, out["train"], out["valid"], out["valid_text"], texts["test"], reports)
+
+
+def _run_labels(train_labels: list[str], cfg: DataConfig, run_dir: Path, log: Callable[[str], None]) -> LabelSet:
+    """The run's classes: RUN_DIR/tokenizer/labels.json if it exists (resume, evaluation), else the training labels'."""
+    labels_path = run_dir / "tokenizer" / LABELS_FILE
+    if labels_path.exists():
+        labels = LabelSet.load(labels_path)
+    else:
+        labels = LabelSet.from_training(train_labels, cfg.max_classes)
+        labels_path.parent.mkdir(parents=True, exist_ok=True)
+        labels.save(labels_path)
+    merged = f"; {len(labels.merged)} rarer labels joined '{labels.other}': {', '.join(labels.merged)}" \
+        if labels.merged else ""
+    log(f"classes: {len(labels)} ({', '.join(labels.names)}){merged}")
+    return labels
+
+
+def read_image_split(cfg: DataConfig, split: str) -> ImageSet | None:
+    """``data.<split>`` read as images (an .npz or a folder), or None when it is not set."""
+    path = getattr(cfg, split)
+    if path is None:
+        return None
+    size = tuple(cfg.image_size) if cfg.image_size else None
+    return read_split(path, split, f"data.{split}", mode=cfg.image_mode, size=size)
+
+
+def load_images(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> ImageData:
+    """Labelled images for the ``image`` task: train, valid (``data.valid``, or the last ``data.valid_size``
+    training images) and test (may be absent); all must have the training images' shape."""
+    if cfg.train is None:
+        raise DataError("no training images: set data.train to an .npz file or a folder of class sub-folders")
+    train = read_image_split(cfg, "train")
+    valid = read_image_split(cfg, "valid")
+    if valid is None:
+        if cfg.valid_size <= 0:
+            raise DataError("no validation images: set data.valid, or data.valid_size to hold out that many of "
+                            "the training images")
+        train, valid = train.split_off(cfg.valid_size)
+    elif cfg.valid_size:
+        raise DataError("give data.valid or data.valid_size, not both")
+    test = read_image_split(cfg, "test")
+    for name, part in (("valid", valid), ("test", test)):
+        if part is not None and part.shape != train.shape:
+            raise DataError(f"data.{name} images are {'x'.join(map(str, part.shape))} but the training images are "
+                            f"{'x'.join(map(str, train.shape))} (channels x height x width); use one size, or "
+                            "set data.image_size")
+    labels = _run_labels(train.labels, cfg, run_dir, log)
+    train_ids = [labels.encode(v, where="data.train") for v in train.labels]
+    valid_ids = [labels.encode(v, where="data.valid") for v in valid.labels]
+    mean, std = pixel_stats(train.images)
+    log(f"images: {len(train)} train / {len(valid)} valid / {0 if test is None else len(test)} test, "
+        f"{'x'.join(map(str, train.shape))} (channels x height x width), pixel mean {mean} std {std}")
+    return ImageData(labels, train, valid, test, train_ids, valid_ids, mean, std)
 
 
 def _stream(text: str, tok: Tokenizer, name: str, cache: Path) -> list[int]:

@@ -16,13 +16,16 @@ from seqmap.models.rnn_lm import RNNLM
 from seqmap.models.transformer import Transformer, TransformerDecoder, TransformerEncoder
 from seqmap.nn.layers import DecoderLayer, EncoderLayer, FeedForward, TokenEmbedding, make_norm
 from seqmap.nn.multihead import MultiHeadAttention
+from seqmap.nn.patches import PatchEmbedding
 from seqmap.nn.positional import build_positional
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
-    """Build the model family named by ``cfg.family`` (transformer, lm, rnn, rnn_lm or classifier)."""
-    if cfg.tgt_vocab <= 0:
+    """Build the model family named by ``cfg.family`` (transformer, lm, rnn, rnn_lm, classifier or vit)."""
+    if cfg.tgt_vocab <= 0 and cfg.family != "vit":
         raise ConfigError("model.tgt_vocab must be set (> 0): the size of the target vocabulary")
+    if cfg.family == "vit":
+        return build_vit(cfg)
     if cfg.family not in ("lm", "rnn_lm") and cfg.src_vocab <= 0:
         raise ConfigError("model.src_vocab must be set (> 0): the size of the source vocabulary")
     if cfg.family == "transformer":
@@ -131,5 +134,29 @@ def build_classifier(cfg: ModelConfig, n_classes: int, pooling: str = "cls") -> 
         embedding, _positional(cfg, causal=False),
         [_encoder_layer(cfg, causal=False) for _ in range(cfg.enc_layers)], _final_norm(cfg), cfg.dropout)
     model = TransformerClassifier(encoder, n_classes, pooling, cfg.dropout)
+    _init_linears(model)
+    return model
+
+
+def build_vit(cfg: ModelConfig) -> TransformerClassifier:
+    """The Vision Transformer: the encoder-only classifier reading image patches instead of tokens."""
+    shape = (cfg.image_channels, cfg.image_height, cfg.image_width)
+    if min(shape) <= 0:
+        raise ConfigError("model.image_channels/image_height/image_width must be set (> 0): the training images' "
+                          "shape (set by `seqmap train`)")
+    if cfg.image_height % cfg.patch_size or cfg.image_width % cfg.patch_size:
+        raise ConfigError(f"model.patch_size={cfg.patch_size} must divide the image size {cfg.image_height}x"
+                          f"{cfg.image_width}; choose a divisor, or resize the images (data.image_size)")
+    n_tokens = (cfg.image_height // cfg.patch_size) * (cfg.image_width // cfg.patch_size) + (cfg.pooling == "cls")
+    if cfg.positional == "learned" and cfg.max_len < n_tokens:
+        raise ConfigError(f"model.max_len={cfg.max_len} learned positions cannot cover the {n_tokens} patches"
+                          f"{' + CLS' if cfg.pooling == 'cls' else ''}; raise model.max_len to at least {n_tokens}")
+    if cfg.n_classes < 2:
+        raise ConfigError(f"model.n_classes must be at least 2 (set from the training labels), got {cfg.n_classes}")
+    patches = PatchEmbedding(*shape, cfg.patch_size, cfg.d_model, cfg.pixel_mean or None, cfg.pixel_std or None)
+    encoder = TransformerEncoder(
+        patches, _positional(cfg, causal=False),
+        [_encoder_layer(cfg, causal=False) for _ in range(cfg.enc_layers)], _final_norm(cfg), cfg.dropout)
+    model = TransformerClassifier(encoder, cfg.n_classes, cfg.pooling, cfg.dropout)
     _init_linears(model)
     return model

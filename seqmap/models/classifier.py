@@ -2,6 +2,10 @@
 
     src (B, S) -> TransformerEncoder -> states (B, S, D) -> pool -> (B, D) -> head -> logits (B, C)
 
+The encoder's embedding makes the sequence: ``TokenEmbedding`` for text (token ids, padded, with
+a mask), ``PatchEmbedding`` for images (the Vision Transformer: src is (B, C, H, W) pixels, cut
+into patches in row-major order; no padding, the mask is None).
+
 The encoder is the encoder-decoder's own ``TransformerEncoder`` (every positional scheme, pre- or
 post-LN), so the classifier is the seed's worked encoder-only stack with a head on top. Pooling:
 
@@ -34,7 +38,7 @@ class TransformerClassifier(nn.Module):
         if n_classes < 2:
             raise ValueError(f"a classifier needs at least 2 classes, got {n_classes}")
         self.encoder, self.pooling = encoder, pooling
-        d_model = encoder.embedding.table.embedding_dim
+        d_model = encoder.embedding.d_model
         self.cls = nn.Parameter(torch.zeros(d_model)) if pooling == "cls" else None
         self.dropout = Dropout(dropout)
         self.head = nn.Linear(d_model, n_classes)
@@ -65,7 +69,7 @@ class TransformerClassifier(nn.Module):
         return (states * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1.0)
 
     def forward(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
-        """src (B, S) token ids, src_mask (B, S) True at real tokens -> class logits (B, C)."""
+        """src (B, S) token ids and src_mask (B, S) True at real tokens (or images, mask None) -> logits (B, C)."""
         states, mask, _ = self.encode(src, src_mask)
         return self.head(self.dropout(self.pool(states, mask)))
 

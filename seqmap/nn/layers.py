@@ -35,6 +35,10 @@ class TokenEmbedding(nn.Module):
     def weight(self) -> Tensor:
         return self.table.weight
 
+    @property
+    def d_model(self) -> int:
+        return self.table.embedding_dim
+
     def forward(self, tokens: Tensor) -> Tensor:
         return self.table(tokens) * self.scale
 

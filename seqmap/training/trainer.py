@@ -45,15 +45,18 @@ from seqmap.data.batching import (
     Batch,
     EpochIterator,
     LabelBatch,
+    collate_images,
     collate_labels,
     collate_pairs,
+    fixed_size_batches,
     lm_random_chunks,
     lm_stream_rows,
     lm_stream_window,
     shard,
     token_budget_batches,
 )
-from seqmap.data.pipeline import load_classification, load_lm, load_translation
+from seqmap.data.images import random_shift
+from seqmap.data.pipeline import load_classification, load_images, load_lm, load_translation
 from seqmap.data.tokenizers import PAD
 from seqmap.models.builder import build_model
 from seqmap.training import distributed
@@ -337,17 +340,14 @@ class RunTrainer:
         seed_everything(cfg.train.seed)
 
         # data: rank 0 trains the tokenizer and fills the cache, the others then read them
-        load = {"lm": load_lm, "translation": load_translation, "classification": load_classification}[cfg.data.task]
+        load = {"lm": load_lm, "translation": load_translation, "classification": load_classification,
+                "image": load_images}[cfg.data.task]
         if not self.dist.is_main:
             distributed.barrier(self.dist)
         self.data = load(cfg.data, self.run_dir, self.log.info)
         if self.dist.is_main:
             distributed.barrier(self.dist)
-        tgt_tok = self.data.tgt_tok if cfg.data.task == "translation" else self.data.tok
-        src_tok = {"translation": getattr(self.data, "src_tok", None), "classification": tgt_tok}.get(cfg.data.task)
-        n_classes = len(self.data.labels) if cfg.data.task == "classification" else 0
-        model_cfg = dataclasses.replace(cfg.model, src_vocab=src_tok.vocab_size if src_tok else 0,
-                                        tgt_vocab=tgt_tok.vocab_size, pad_id=PAD, n_classes=n_classes)
+        model_cfg = dataclasses.replace(cfg.model, **self._data_fields(cfg))
         self.cfg = dataclasses.replace(cfg, model=model_cfg)
         if self.dist.is_main:
             save_config(self.cfg, self.run_dir / "config.yaml")
@@ -374,30 +374,66 @@ class RunTrainer:
         self.log.info(f"model: {self.cfg.model.family}, {n_params / 1e6:.2f}M parameters, device {self.device}"
                       f"{f', {self.dist.world_size} processes' if self.dist.enabled else ''}")
 
+    def _data_fields(self, cfg: RunConfig) -> dict:
+        """The model options the data decides: vocabulary sizes, classes, the image shape and pixel statistics."""
+        task, data = cfg.data.task, self.data
+        if task == "image":
+            c, h, w = data.train.shape
+            return dict(n_classes=len(data.labels), image_channels=c, image_height=h, image_width=w,
+                        pixel_mean=data.mean, pixel_std=data.std, src_vocab=0, tgt_vocab=0, pad_id=PAD)
+        tgt_tok = data.tgt_tok if task == "translation" else data.tok
+        src_tok = {"translation": getattr(data, "src_tok", None), "classification": tgt_tok}.get(task)
+        return dict(src_vocab=src_tok.vocab_size if src_tok else 0, tgt_vocab=tgt_tok.vocab_size, pad_id=PAD,
+                    n_classes=len(data.labels) if task == "classification" else 0)
+
     # -- batches ------------------------------------------------------------------------
-    def _epoch_batches(self, src_len: list[int], tgt_len: list[int], collate):
-        """Token-budget batches of the training rows, length-bucketed and shuffled per epoch, resumable."""
-        t, train = self.cfg.train, self.data.train
+    def _epoch_batches(self, batches_of_epoch: Callable[[int], list[list[int]]], make_batch):
+        """Shuffled batches of training example indices per epoch, resumable: ``make_batch(indices, epoch, index)``."""
+        t = self.cfg.train
 
         def batches_fn(epoch: int):
-            batches = token_budget_batches(src_len, tgt_len, t.max_tokens, shuffle=True, seed=t.seed, epoch=epoch)
-            return shard(batches, self.dist.rank, self.dist.world_size)
+            return shard(batches_of_epoch(epoch), self.dist.rank, self.dist.world_size)
 
         iterator = EpochIterator(batches_fn, **self.state["data"],
                                  max_epochs=t.max_epochs if t.max_epochs > 0 else None)
-        for epoch, _, indices in iterator:
+        for epoch, index, indices in iterator:
             self.state["data"] = iterator.state_dict()
             self.state["epoch"] = epoch
-            yield collate([train[i] for i in indices])
+            yield make_batch(indices, epoch, index)
+
+    def _token_batches(self, src_len: list[int], tgt_len: list[int], collate):
+        """Token-budget batches of the training rows, length-bucketed and shuffled per epoch."""
+        t, train = self.cfg.train, self.data.train
+        return self._epoch_batches(
+            lambda epoch: token_budget_batches(src_len, tgt_len, t.max_tokens, shuffle=True, seed=t.seed, epoch=epoch),
+            lambda indices, *_: collate([train[i] for i in indices]))
 
     def _translation_batches(self):
         train = self.data.train
-        return self._epoch_batches([len(s) for s, _ in train], [len(t) + 1 for _, t in train], collate_pairs)
+        return self._token_batches([len(s) for s, _ in train], [len(t) + 1 for _, t in train], collate_pairs)
 
     def _classification_batches(self):
         """(token ids, class id) rows; a row's length counts the CLS vector."""
         train = self.data.train
-        return self._epoch_batches([len(ids) + 1 for ids, _ in train], [1] * len(train), collate_labels)
+        return self._token_batches([len(ids) + 1 for ids, _ in train], [1] * len(train), collate_labels)
+
+    def _image_batches(self):
+        """``train.batch_size`` images per batch, shuffled per epoch; ``data.augment_shift`` moves each image by a
+        random offset drawn from a generator seeded by (seed, epoch, batch), so a resumed run draws the same."""
+        t, data, shift = self.cfg.train, self.data, self.cfg.data.augment_shift
+        labels = torch.tensor(data.train_ids, dtype=torch.long)
+
+        def make_batch(indices: list[int], epoch: int, index: int):
+            index_t = torch.tensor(indices, dtype=torch.long)
+            images = data.train.images[index_t]
+            if shift:
+                g = torch.Generator().manual_seed((t.seed * 1_000_003 + epoch) * 1_000_003 + index)
+                images = random_shift(images, shift, g)
+            return collate_images(images, labels[index_t])
+
+        return self._epoch_batches(
+            lambda epoch: fixed_size_batches(len(labels), t.batch_size, shuffle=True, seed=t.seed, epoch=epoch),
+            make_batch)
 
     def _lm_position(self) -> int:
         """Micro-batches read so far: stored in the checkpoint (a checkpoint from before that: from the step)."""
@@ -448,7 +484,7 @@ class RunTrainer:
 
     def run(self) -> dict:
         batches = {"lm": self._lm_batches, "translation": self._translation_batches,
-                   "classification": self._classification_batches}[self.cfg.data.task]()
+                   "classification": self._classification_batches, "image": self._image_batches}[self.cfg.data.task]()
         return self.trainer.run(batches, validate=self._validate_and_save)
 
     def _validate_and_save(self) -> Path | None:

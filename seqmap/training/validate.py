@@ -12,8 +12,16 @@ from __future__ import annotations
 import torch
 
 from seqmap import metrics as mt
-from seqmap.config import DataConfig, RunConfig
-from seqmap.data.batching import Batch, collate_labels, collate_pairs, lm_chunks, token_budget_batches
+from seqmap.config import CLASSIFICATION_TASKS, DataConfig, RunConfig
+from seqmap.data.batching import (
+    Batch,
+    collate_images,
+    collate_labels,
+    collate_pairs,
+    fixed_size_batches,
+    lm_chunks,
+    token_budget_batches,
+)
 from seqmap.data.tokenizers import PAD
 from seqmap.decoding.text import translate_ids
 from seqmap.training.loss import label_nll, label_smoothed_nll
@@ -57,17 +65,35 @@ def label_batches(rows, max_tokens: int):
         yield indices, collate_labels([rows[i] for i in indices])
 
 
+def image_batches(images, labels: list[int], batch_size: int):
+    """(N, C, H, W) images and their class ids in batches of ``batch_size``, in order."""
+    labels = torch.as_tensor(labels, dtype=torch.long)
+    for indices in fixed_size_batches(len(labels), batch_size, shuffle=False):
+        yield indices, collate_images(images[indices[0]:indices[-1] + 1], labels[indices[0]:indices[-1] + 1])
+
+
 @torch.no_grad()
-def classify_rows(model, rows, max_tokens: int, device) -> tuple[list[int], float]:
-    """Predicted class ids of (token ids, class id) rows in their order, and the summed NLL of the gold classes."""
-    predicted, nll_sum = [0] * len(rows), 0.0
-    for indices, batch in label_batches(rows, max_tokens):
+def classify_batches(model, batches, n: int, device) -> tuple[list[int], float]:
+    """Predicted class ids of n examples from (indices, ``LabelBatch``) batches, and the gold classes' summed NLL."""
+    predicted, nll_sum = [0] * n, 0.0
+    for indices, batch in batches:
         batch = batch.to(device)
         logits = model(batch.src, batch.src_mask)
         nll_sum += label_nll(logits, batch.labels)[1].item()
         for i, p in zip(indices, logits.argmax(-1).tolist()):
             predicted[i] = p
     return predicted, nll_sum
+
+
+def classify_rows(model, rows, max_tokens: int, device) -> tuple[list[int], float]:
+    """Predicted class ids of (token ids, class id) rows in their order, and the summed NLL of the gold classes."""
+    return classify_batches(model, label_batches(rows, max_tokens), len(rows), device)
+
+
+def image_metrics(model, images, labels: list[int], n_classes: int, batch_size: int, device) -> dict:
+    """``classification_scores`` of the model's predictions on (N, C, H, W) images with class ids ``labels``."""
+    predicted, nll_sum = classify_batches(model, image_batches(images, labels, batch_size), len(labels), device)
+    return classification_scores(predicted, list(labels), nll_sum, n_classes)
 
 
 def classification_scores(predicted: list[int], gold: list[int], nll_sum: float, n_classes: int) -> dict:
@@ -87,8 +113,10 @@ def validate(model, data, cfg: RunConfig, device, log) -> dict:
     was_training = model.training
     model.eval()
     try:
-        if cfg.data.task == "classification":
-            out = classification_metrics(model, data.valid, len(data.labels), cfg.train.max_tokens, device)
+        if cfg.data.task in CLASSIFICATION_TASKS:
+            out = (image_metrics(model, data.valid.images, data.valid_ids, len(data.labels), cfg.train.batch_size,
+                                 device) if cfg.data.task == "image"
+                   else classification_metrics(model, data.valid, len(data.labels), cfg.train.max_tokens, device))
             log("validation: " + ", ".join(f"{k} {v:.4g}" for k, v in out.items()))
             return out
         if cfg.data.task == "lm":
