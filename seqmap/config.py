@@ -319,17 +319,19 @@ class RunConfig:
         if not lm_family and d.task == "lm":
             raise ConfigError(f"data.task=lm needs a language model, but model.family={m.family}; set "
                               "model.family=lm or rnn_lm")
-        for task, family in FAMILY_OF_TASK.items():
-            if (m.family == family) != (d.task == task):
-                raise ConfigError(f"model.family={family} and data.task={task} go together (got "
-                                  f"model.family={m.family}, data.task={d.task}); set both, or neither")
+        task_of_family = {family: task for task, family in FAMILY_OF_TASK.items()}
+        needs = ((FAMILY_OF_TASK[d.task], d.task) if d.task in FAMILY_OF_TASK
+                 else (m.family, task_of_family.get(m.family)))
+        if needs[1] is not None and (m.family, d.task) != needs:
+            raise ConfigError(f"model.family={needs[0]} and data.task={needs[1]} go together (got model.family="
+                              f"{m.family}, data.task={d.task}); set both, or neither")
         classifying = d.task in CLASSIFICATION_TASKS
         if self.train.early_stopping in ("accuracy", "macro_f1") and not classifying:
             raise ConfigError(f"train.early_stopping={self.train.early_stopping} is a classification metric; "
                               f"data.task={d.task} validates loss, ppl (and bleu, chrf for translation)")
         if self.train.early_stopping in ("bleu", "chrf", "ppl") and classifying:
             raise ConfigError(f"train.early_stopping={self.train.early_stopping} is not measured for "
-                              f"data.task={d.task}; use loss, accuracy or macro_f1")
+                              f"classification (data.task={d.task}); use loss, accuracy or macro_f1")
         if m.positional == "learned" and m.family in ("transformer", "lm", "classifier"):
             longest = max(d.context, d.eval_context) if d.task == "lm" else d.max_len + 1  # + BOS or CLS
             what = ("data.context / data.eval_context" if d.task == "lm"

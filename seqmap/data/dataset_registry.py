@@ -139,6 +139,17 @@ DATASETS: dict[str, Dataset] = {
             files=tuple(SourceFile(p, h, _multi30k_name(p)) for p, h in _MULTI30K_SHA256.items()),
         ),
         Dataset(
+            name="mnist",
+            description="MNIST handwritten digits, 28x28 grey (60,000 train / 10,000 test), Keras' mnist.npz",
+            license="Yann LeCun and Corinna Cortes hold the copyright of MNIST, a derivative of NIST data; "
+            "available under the terms of the Creative Commons Attribution-Share Alike 3.0 license.",
+            base_url="https://storage.googleapis.com/tensorflow/tf-keras-datasets",
+            # the arrays' checksum (x_train/x_test pixels in the original IDX order): Keras' file and a re-saved copy
+            # such as the project's compressed one verify alike
+            files=(SourceFile("mnist.npz", "b3c81e78b40165819b768933d0abfcaf55bf9631f1ddfe3ce812b7f7bc2bc3d5",
+                              "mnist.npz", digest="npz-arrays"),),
+        ),
+        Dataset(
             name="ptb",
             description="Penn Treebank, Mikolov's word-level LM version (42,068 / 3,370 / 3,761 lines, 10k vocab)",
             license="Wall Street Journal text from the Penn Treebank (LDC99T42, (c) LDC), preprocessed by "

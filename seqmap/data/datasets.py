@@ -251,7 +251,8 @@ def _write_layout(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> P
         f"License: {dataset.license}",
         "",
         "Prepared by seqmap.data.datasets from (SHA-256 of the content):",
-        *(f"  {src}  {f.sha256}" for src, f in zip(sources, dataset.files, strict=True)),
+        *(f"  {src}  {f.sha256}{' (of its arrays)' if f.digest == 'npz-arrays' else ''}"
+          for src, f in zip(sources, dataset.files, strict=True)),
         "",
         "Files: " + " ".join(written),
     ]

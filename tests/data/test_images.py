@@ -1,0 +1,148 @@
+"""Reading labelled images (.npz arrays and class sub-folders), the shift augmentation, MNIST's registry entry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from seqmap.data import datasets
+from seqmap.data.dataset_files import ChecksumError, npz_arrays_sha256
+from seqmap.data.images import ImageError, pixel_stats, random_shift, read_folder, read_image_file, read_npz, read_split
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def _npz(path: Path, **arrays) -> Path:
+    np.savez(path, **arrays)
+    return path
+
+
+def test_npz_with_x_y_and_with_split_keys(tmp_path):
+    x = np.arange(2 * 4 * 4, dtype=np.uint8).reshape(2, 4, 4)
+    plain = read_npz(_npz(tmp_path / "a.npz", x=x, y=np.array([3, 1])), "train", "data.train")
+    assert plain.images.shape == (2, 1, 4, 4) and plain.labels == ["3", "1"]
+    assert torch.equal(plain.images[1, 0], torch.from_numpy(x[1]))
+    keras = _npz(tmp_path / "k.npz", x_train=x, y_train=np.array([0, 1]), x_test=x[:1], y_test=np.array([1]))
+    assert read_npz(keras, "test", "data.test").labels == ["1"]
+    assert len(read_npz(keras, "train", "data.train")) == 2
+
+
+def test_npz_channels_last_colour_and_string_labels(tmp_path):
+    x = np.random.default_rng(0).integers(0, 256, (3, 4, 6, 3), dtype=np.uint8)
+    s = read_npz(_npz(tmp_path / "c.npz", x=x, y=np.array(["cat", "dog", "cat"])), "train", "t")
+    assert s.shape == (3, 4, 6) and s.labels == ["cat", "dog", "cat"]
+    assert torch.equal(s.images[2, 1], torch.from_numpy(x[2, :, :, 1]))  # channel 1 of image 2
+
+
+@pytest.mark.parametrize("arrays, message", [
+    ({"x": np.zeros((2, 4, 4), np.float32), "y": np.zeros(2, int)}, "pixels must be uint8"),
+    ({"x": np.zeros((2, 4), np.uint8), "y": np.zeros(2, int)}, "must be (N, H, W)"),
+    ({"x": np.zeros((2, 4, 4), np.uint8), "y": np.zeros(3, int)}, "2 images in x but 3 labels"),
+    ({"images": np.zeros((2, 4, 4), np.uint8)}, "has no arrays x and y (or x_train and y_train)"),
+])
+def test_npz_bad_input_is_one_line(tmp_path, arrays, message):
+    with pytest.raises(ImageError) as e:
+        read_npz(_npz(tmp_path / "bad.npz", **arrays), "train", "data.train")
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_missing_and_unreadable_files(tmp_path):
+    with pytest.raises(ImageError, match="image file not found"):
+        read_npz(tmp_path / "none.npz", "train", "data.train")
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(ImageError, match="cannot read .* as .npz arrays"):
+        read_npz(tmp_path / "junk.npz", "train", "data.train")
+    (tmp_path / "list.txt").write_text("x")
+    with pytest.raises(ImageError, match="neither an .npz file nor a folder"):
+        read_split(tmp_path / "list.txt", "train", "data.train")
+    (tmp_path / "broken.png").write_bytes(b"\x89PNG nonsense")
+    with pytest.raises(ImageError, match="cannot read .*broken.png as an image"):
+        read_image_file(tmp_path / "broken.png", "L")
+
+
+def _png(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(array).save(path)
+
+
+def test_folder_of_class_subfolders(tmp_path):
+    rng = np.random.default_rng(1)
+    a, b, c = (rng.integers(0, 256, (6, 4), dtype=np.uint8) for _ in range(3))
+    _png(tmp_path / "dog" / "2.png", a)
+    _png(tmp_path / "cat" / "1.png", b)
+    _png(tmp_path / "cat" / "0.png", c)
+    (tmp_path / "cat" / "notes.txt").write_text("not an image")
+    s = read_folder(tmp_path, "data.train")
+    assert s.labels == ["cat", "cat", "dog"] and s.shape == (1, 6, 4)  # sorted by class, then file; grey -> L
+    assert torch.equal(s.images[0, 0], torch.from_numpy(c)) and torch.equal(s.images[2, 0], torch.from_numpy(a))
+    rgb = read_folder(tmp_path, "data.train", mode="RGB")
+    assert rgb.shape == (3, 6, 4) and torch.equal(rgb.images[0, 2], torch.from_numpy(c))
+
+
+def test_folder_sizes_must_agree_unless_resized(tmp_path):
+    _png(tmp_path / "a" / "x.png", np.zeros((6, 4), np.uint8))
+    _png(tmp_path / "b" / "y.png", np.zeros((5, 5), np.uint8))
+    with pytest.raises(ImageError, match="set data.image_size"):
+        read_folder(tmp_path, "data.train")
+    assert read_folder(tmp_path, "data.train", size=(8, 8)).shape == (1, 8, 8)
+    with pytest.raises(ImageError, match="no images in class sub-folders"):
+        read_folder(tmp_path / "a", "data.train")
+
+
+def test_pixel_stats():
+    images = torch.tensor([[[[0, 255]]], [[[255, 255]]]], dtype=torch.uint8)  # (2, 1, 1, 2)
+    mean, std = pixel_stats(images)
+    assert mean == [191.25] and std[0] == pytest.approx(110.4182, abs=1e-3)  # population std
+
+
+def test_random_shift_moves_every_image_by_one_offset_within_range():
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(1, 256, (16, 2, 7, 9), dtype=torch.uint8, generator=g)
+    shifted = random_shift(images, 2, torch.Generator().manual_seed(5))
+    again = random_shift(images, 2, torch.Generator().manual_seed(5))
+    assert torch.equal(shifted, again)  # a seed gives the same shifts (exact resume)
+    offsets = set()
+    for img, out in zip(images, shifted):
+        found = []
+        for dy in range(-2, 3):
+            for dx in range(-2, 3):
+                expect = torch.zeros_like(img)
+                src = img[:, max(0, -dy):7 - max(0, dy), max(0, -dx):9 - max(0, dx)]
+                expect[:, max(0, dy):7 - max(0, -dy), max(0, dx):9 - max(0, -dx)] = src
+                if torch.equal(out, expect):
+                    found.append((dy, dx))
+        assert len(found) == 1
+        offsets.add(found[0])
+    assert len(offsets) > 3  # not one shift for all
+    assert torch.equal(random_shift(images, 0, g), images)
+
+
+def test_npz_arrays_checksum_ignores_compression(tmp_path):
+    x, y = np.arange(24, dtype=np.uint8).reshape(2, 3, 4), np.array([1, 0], np.uint8)
+    np.savez(tmp_path / "a.npz", x=x, y=y)
+    np.savez_compressed(tmp_path / "b.npz", y=y, x=x)
+    a, b = (npz_arrays_sha256((tmp_path / n).read_bytes(), n) for n in ("a.npz", "b.npz"))
+    assert a == b
+    np.savez(tmp_path / "c.npz", x=x, y=y[::-1].copy())
+    assert npz_arrays_sha256((tmp_path / "c.npz").read_bytes(), "c") != a
+    with pytest.raises(ChecksumError, match="not a readable .npz"):
+        npz_arrays_sha256(b"garbage", "g")
+
+
+@pytest.mark.skipif(not (SHARED / "mnist" / "mnist.npz").is_file(), reason="shared MNIST copy not present")
+def test_mnist_prepare_and_download_from_the_shared_copy(tmp_path):
+    prepared = datasets.prepare("mnist", SHARED / "mnist", tmp_path / "p")
+    test = read_npz(prepared / "mnist.npz", "test", "data.test")
+    assert len(test) == 10_000 and test.shape == (1, 28, 28)
+    assert test.labels[:10] == list("7210414959")  # the first test labels (shared README)
+    mirror = "file://" + str(SHARED / "mnist")  # a mirror with Keras' layout: mnist.npz at the base URL
+    downloaded = datasets.download("mnist", tmp_path / "d", base_url=mirror)
+    assert (downloaded / "mnist.npz").read_bytes() == (SHARED / "mnist" / "mnist.npz").read_bytes()
+    (tmp_path / "fake").mkdir()
+    np.savez(tmp_path / "fake" / "mnist.npz", x_train=np.zeros((1, 28, 28), np.uint8), y_train=np.zeros(1, np.uint8))
+    with pytest.raises(ChecksumError, match="expected the arrays' sha256"):
+        datasets.prepare("mnist", tmp_path / "fake", tmp_path / "q")
