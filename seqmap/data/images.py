@@ -19,6 +19,7 @@ from __future__ import annotations
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -116,21 +117,27 @@ def read_npz(path: str | Path, split: str, where: str) -> ImageSet:
     return ImageSet(images, labels, str(path))
 
 
-def read_image_file(path: str | Path, mode: str, size: tuple[int, int] | None = None) -> Tensor:
-    """One image file as uint8 (C, H, W), converted to ``mode`` (L or RGB), resized to ``size`` = (H, W) if given."""
+def read_image_file(path: str | Path | BinaryIO, mode: str, size: tuple[int, int] | None = None, *,
+                    name: str | None = None, max_pixels: int | None = None) -> Tensor:
+    """One image file (a path, or an open binary file named ``name``) as uint8 (C, H, W), converted to ``mode``
+    (L or RGB) and resized to ``size`` = (H, W) if given; ``max_pixels`` refuses larger images before decoding."""
     from PIL import Image, UnidentifiedImageError
 
-    path = Path(path)
+    name = name or str(path)
     try:
         with Image.open(path) as img:
+            if max_pixels is not None and img.width * img.height > max_pixels:
+                raise ImageError(f"{name} is {img.width}x{img.height} pixels; at most {max_pixels} pixels")
             img = img.convert(mode)
             if size is not None and (img.height, img.width) != tuple(size):
                 img = img.resize((size[1], size[0]), Image.Resampling.BILINEAR)
             array = np.array(img, dtype=np.uint8)  # a writable copy
     except FileNotFoundError:
-        raise ImageError(f"image file not found: {path}") from None
-    except (UnidentifiedImageError, OSError, ValueError) as e:
-        raise ImageError(f"cannot read {path} as an image ({' '.join(str(e).split())}); give a PNG, JPEG, BMP, GIF, "
+        raise ImageError(f"image file not found: {name}") from None
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
+        if isinstance(e, ImageError):
+            raise
+        raise ImageError(f"cannot read {name} as an image ({' '.join(str(e).split())}); give a PNG, JPEG, BMP, GIF, "
                          "WebP or TIFF file") from None
     array = array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
     return torch.from_numpy(np.ascontiguousarray(array))

@@ -10,6 +10,7 @@ Routes (the OpenAPI schema is at ``/openapi.json``, browsable at ``/docs``):
     GET  /info         the model: family, sizes, parameters, vocabularies, training summary, limits
     POST /translate    translation models: one text or a list, beam / n-best / length penalty / attention
     POST /generate     language models: a prompt, sampling options, a seed
+    POST /classify     classifiers: texts (or base64 image files), top classes, the class token's attention
 
 Handlers only check and queue: the decoding happens in the batcher's worker
 thread (``seqmap.serve.batcher``), so the event loop stays free to accept, reject
@@ -37,10 +38,14 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 import seqmap
+from seqmap.config import CLASSIFICATION_TASKS
 from seqmap.runs import LoadedRun
 from seqmap.serve.batcher import Batcher, QueueFull
+from seqmap.serve.classify import CLASSIFY_KEY, ClassifierEngine
 from seqmap.serve.engine import Engine, GenerateJob, TranslateJob
 from seqmap.serve.schemas import (
+    ClassifyRequest,
+    ClassifyResponse,
     ErrorBody,
     GenerateRequest,
     GenerateResponse,
@@ -54,7 +59,12 @@ from seqmap.serve.schemas import (
 )
 
 STATIC_DIR = Path(__file__).parent / "static"
-BODIES: dict[str, type[BaseModel]] = {"/translate": TranslateRequest, "/generate": GenerateRequest}
+BODIES: dict[str, type[BaseModel]] = {"/translate": TranslateRequest, "/generate": GenerateRequest,
+                                      "/classify": ClassifyRequest}
+ROUTE_OF_TASK = {"translation": "POST /translate with a text", "lm": "POST /generate with a prompt",
+                 "classification": "POST /classify with a text", "image": "POST /classify with a base64 image"}
+HOLDS = {"translation": "a translation model", "lm": "a language model", "classification": "a text classifier",
+         "image": "an image classifier"}
 UNION_TAGS = {"str": "a string or a list of strings", "list[str]": "a string or a list of strings"}
 ERRORS = {status: {"model": ErrorBody} for status in (409, 413, 422, 500, 503)}
 log = logging.getLogger("seqmap.serve")
@@ -65,7 +75,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
     """A FastAPI app serving ``run``.
 
     Args:
-        run: a loaded run (``seqmap.runs.load_run``), translation model or LM.
+        run: a loaded run (``seqmap.runs.load_run``): a translation model, an LM or a classifier.
         limits: what one request may ask for (``Limits()`` by default).
         max_batch: most sentences decoded together; 1 serves one request at a time.
         wait_ms: how long a batch waits for more requests after its first.
@@ -73,7 +83,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         max_waiting: most requests waiting for the model; beyond it, 503 with Retry-After.
     """
     limits = limits or Limits()
-    engine = Engine(run, limits)
+    engine = ClassifierEngine(run, limits) if run.cfg.data.task in CLASSIFICATION_TASKS else Engine(run, limits)
 
     def worker_start() -> None:
         if threads is not None:
@@ -91,7 +101,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         batcher.stop()
 
     app = FastAPI(title="seqmap", version=seqmap.__version__, lifespan=lifespan,
-                  description="Translate or generate with a trained seqmap run, and read its attention.")
+                  description="Translate, generate or classify with a trained seqmap run, and read its attention.")
     app.state.engine, app.state.batcher, app.state.limits = engine, batcher, limits
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_error_handlers(app, limits)
@@ -115,7 +125,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
     async def translate(req: TranslateRequest, request: Request) -> JSONResponse:
         """Translate one text or a list; beam search and n-best on request, attention of each best translation."""
         if engine.task != "translation":
-            raise RequestError("this server holds a language model; POST /generate with a prompt instead", None, 409)
+            raise _wrong_route(engine.task)
         texts = check_translate(req, limits, engine.decode.beam_size)
         if req.attention and not engine.has_attention:
             raise RequestError("this model has no attention (an RNN with rnn_attention=none); "
@@ -131,8 +141,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
     async def generate(req: GenerateRequest, request: Request) -> JSONResponse:
         """Continue a prompt with a language model (sampling with a seed, or greedy)."""
         if engine.task != "lm":
-            raise RequestError("this server holds a translation model; POST /translate with a text instead",
-                               None, 409)
+            raise _wrong_route(engine.task)
         check_generate(req, limits)
         if req.attention and not engine.has_attention:
             raise RequestError("this model returns no attention; send attention=false", "attention", 409)
@@ -145,7 +154,21 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
                                                                              req.attention)))
         return JSONResponse(result)
 
+    @app.post("/classify", response_model=ClassifyResponse, responses=ERRORS)
+    async def classify(req: ClassifyRequest, request: Request) -> JSONResponse:
+        """Classify texts (a text classifier) or base64 image files (an image classifier); top classes, attention."""
+        if engine.task not in CLASSIFICATION_TASKS:
+            raise _wrong_route(engine.task)
+        job = engine.inputs(req)
+        batcher.start()
+        results = await _unless_gone(request, batcher.submit(CLASSIFY_KEY, job, size=len(job.inputs)))
+        return JSONResponse({"classifications": results})
+
     return app
+
+
+def _wrong_route(task: str) -> RequestError:
+    return RequestError(f"this server holds {HOLDS[task]}; {ROUTE_OF_TASK[task]} instead", None, 409)
 
 
 DISCONNECT_POLL_S = 0.1  # how often a waiting request checks whether its client is still there
@@ -173,6 +196,8 @@ def _run_batch(engine: Engine):
     def run_batch(key, jobs):
         if key[0] == "translate":
             return engine.run_translate(key, jobs)
+        if key[0] == "classify":
+            return engine.run_classify(key, jobs)
         return engine.run_generate(key, jobs)
 
     return run_batch

@@ -247,7 +247,7 @@ class Engine:
             "task": self.task,
             "family": m.family,
             "checkpoint": str(run.checkpoint),
-            "step": _checkpoint_step(run.checkpoint),
+            "step": checkpoint_step(run.checkpoint),
             "parameters": sum(p.numel() for p in run.model.parameters()),
             "sizes": sizes,
             "attention": self.attention_shape,
@@ -275,7 +275,7 @@ class Engine:
         return {"available": True, "layers": weights.size(0), "heads": weights.size(1)}
 
 
-def _checkpoint_step(checkpoint) -> int | None:
+def checkpoint_step(checkpoint) -> int | None:
     """The optimiser step a checkpoint was saved at (from its trainer.json), if it says."""
     try:
         state = json.loads((checkpoint / "trainer.json").read_text())

@@ -36,6 +36,7 @@ class Limits:
     max_new_tokens: int = 256  # tokens per /generate request
     max_body_bytes: int = 1_000_000  # request body size (checked before parsing: 413 beyond it)
     max_attention_weights: int = 2_000_000  # attention numbers one answer may carry (an upper bound, checked first)
+    max_image_pixels: int = 4096 * 4096  # pixels of one /classify image (checked before it is decoded)
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -121,6 +122,45 @@ class GenerateResponse(BaseModel):
     attention: Attention | None = Field(None, description="rows: generated tokens; columns: every token so far")
 
 
+class ClassifyRequest(_Strict):
+    """``POST /classify``: texts for a text classifier, or base64 image files for an image classifier."""
+
+    text: str | list[str] | None = Field(None, description="a text classifier: a text, or a list of texts",
+                                         examples=["a library for parsing JSON"])
+    image: str | list[str] | None = Field(None, description="an image classifier: an image file (PNG, JPEG, ...) "
+                                          "encoded in base64, or a list of them; a data: URL works too")
+    top: int = Field(5, ge=1, description="classes returned per input, most likely first (capped at the classes)")
+    attention: bool = Field(False, description="also return where the class token looked: attention rollout and "
+                                               "the last layer's class-token row, over tokens or patches")
+
+
+class ClassScore(BaseModel):
+    label: str
+    probability: float
+
+
+class ClassAttention(BaseModel):
+    """What the prediction read: one weight per input token (text) or patch (image, row-major), each row summing
+    to 1. ``rollout``: attention rollout through every layer; ``last_layer``: the last layer's class-token row,
+    mean of heads."""
+
+    tokens: list[str] | None = Field(None, description="text: the input tokens")
+    grid: list[int] | None = Field(None, description="image: [rows, columns] of patches")
+    rollout: list[float]
+    last_layer: list[float]
+
+
+class Classification(BaseModel):
+    label: str = Field(description="the most likely class")
+    probability: float
+    top: list[ClassScore] = Field(description="the `top` most likely classes, most likely first")
+    attention: ClassAttention | None = None
+
+
+class ClassifyResponse(BaseModel):
+    classifications: list[Classification]
+
+
 class ErrorBody(BaseModel):
     detail: str
     field: str | None = None
@@ -143,6 +183,27 @@ def check_translate(req: TranslateRequest, limits: Limits, default_beam: int) ->
         raise RequestError(f"n_best {req.n_best} needs beam_size >= {req.n_best} (got {beam}); "
                            "raise beam_size or lower n_best", "n_best")
     return texts
+
+
+def check_classify(req: ClassifyRequest, limits: Limits, task: str) -> list[str]:
+    """The texts (or base64 images) of a /classify request for a ``task`` server, checked against ``limits``."""
+    want, other = ("image", "text") if task == "image" else ("text", "image")
+    value = getattr(req, want)
+    if getattr(req, other) is not None:
+        raise RequestError(f"this server classifies {'images' if task == 'image' else 'texts'}; send {want}, "
+                           f"not {other}", other)
+    if value is None:
+        raise RequestError(f"{want} is required: {'a base64 image file' if want == 'image' else 'a text'} or a list",
+                           want)
+    items = [value] if isinstance(value, str) else list(value)
+    if not items:
+        raise RequestError(f"{want} is an empty list; send one or more", want)
+    if len(items) > limits.max_texts:
+        raise RequestError(f"{want} has {len(items)} items; at most {limits.max_texts} per request", want)
+    if want == "text":
+        for i, text in enumerate(items):
+            _check_chars(text, limits, "text" if isinstance(value, str) else f"text[{i}]")
+    return items
 
 
 def check_generate(req: GenerateRequest, limits: Limits) -> None:

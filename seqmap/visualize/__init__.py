@@ -18,11 +18,12 @@ This package needs matplotlib; the rest of seqmap does not import it.
 
 from __future__ import annotations
 
+from seqmap.nn.rollout import attention_rollout
 from seqmap.visualize.attention import plot_attention, plot_run_attention
 from seqmap.visualize.confusion import plot_confusion
 from seqmap.visualize.curves import plot_curves
 from seqmap.visualize.figures import FORMATS, figure_inches, save_figure
-from seqmap.visualize.image_attention import attention_rollout, plot_image_attention
+from seqmap.visualize.image_attention import plot_image_attention
 from seqmap.visualize.positional import plot_positional
 
 __all__ = ["FORMATS", "attention_rollout", "figure_inches", "plot_attention", "plot_confusion", "plot_curves",

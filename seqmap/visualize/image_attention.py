@@ -1,13 +1,7 @@
 """What a Vision Transformer looked at: attention rollout and the last layer's class-token attention over the image.
 
-Attention rollout (Abnar & Zuidema 2020): each layer's attention, averaged over heads, is mixed
-half and half with the identity (the residual connection carries a token's own state past the
-attention), rows renormalised, and the layers multiplied first to last. The class token's row of
-the product says how much each patch flowed into the state that was classified. The last layer's
-class-token attention (a head, or the mean of the heads) is the direct, one-layer view.
-
-Both are (grid_h, grid_w) maps over the patches, drawn over the image with nearest-neighbour
-blocks (one block per patch, so nothing is invented between patches).
+``seqmap.nn.rollout`` computes both; here they are (grid_h, grid_w) maps over the patches, drawn over
+the image with nearest-neighbour blocks (one block per patch, so nothing is invented between patches).
 """
 
 from __future__ import annotations
@@ -19,25 +13,8 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from seqmap.nn.rollout import class_token_attention
 from seqmap.visualize.figures import figure_inches, save_figure
-
-
-def attention_rollout(weights: Tensor, residual: float = 0.5) -> Tensor:
-    """(L, H, S, S) attention weights of one input -> (S, S) rollout: row i = how much each token flowed into i.
-
-    Each layer's head mean ``A`` becomes ``residual * I + (1 - residual) * A`` (rows sum to 1), and the
-    layers are multiplied first to last.
-    """
-    if weights.dim() != 4 or weights.size(-1) != weights.size(-2):
-        raise ValueError(f"attention_rollout needs (layers, heads, S, S) weights, got {tuple(weights.shape)}")
-    s = weights.size(-1)
-    eye = torch.eye(s, dtype=torch.float64)
-    rollout = eye
-    for layer in weights.to(torch.float64):
-        a = residual * eye + (1.0 - residual) * layer.mean(dim=0)
-        a = a / a.sum(dim=-1, keepdim=True)
-        rollout = a @ rollout
-    return rollout
 
 
 def cls_maps(weights: Tensor, grid: tuple[int, int], head: int | None = None) -> tuple[Tensor, Tensor]:
@@ -49,10 +26,8 @@ def cls_maps(weights: Tensor, grid: tuple[int, int], head: int | None = None) ->
     n = grid[0] * grid[1]
     if weights.size(-1) != n + 1:
         raise ValueError(f"expected {n} patches and a class token ({n + 1} positions), got {weights.size(-1)}")
-    rolled = attention_rollout(weights)[0, 1:]
-    last = weights[-1, :, 0, 1:].to(torch.float64)
-    last = last.mean(dim=0) if head is None else last[head]
-    return ((rolled / rolled.sum()).reshape(grid).float(), (last / last.sum()).reshape(grid).float())
+    rolled, last = class_token_attention(weights, head)
+    return rolled.reshape(grid).float(), last.reshape(grid).float()
 
 
 def plot_image_attention(run, image_path: str | Path, path: str | Path, *, head: int | None = None,

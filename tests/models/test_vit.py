@@ -8,7 +8,8 @@ import torch
 from seqmap.config import ConfigError, ModelConfig
 from seqmap.models.builder import build_model
 from seqmap.nn.patches import PatchEmbedding, patchify, unpatchify
-from seqmap.visualize.image_attention import attention_rollout, cls_maps
+from seqmap.nn.rollout import attention_rollout
+from seqmap.visualize.image_attention import cls_maps
 
 
 def test_patches_are_row_major_blocks():

@@ -94,3 +94,61 @@ def translation_run(translation_run_dir) -> LoadedRun:
 @pytest.fixture(scope="session")
 def lm_run(lm_run_dir) -> LoadedRun:
     return load_run(lm_run_dir)
+
+
+def text_classifier_config(root: Path, steps: int = 60) -> dict:
+    """Texts whose label is the colour word among a few fillers (red / green / blue)."""
+    rng = random.Random(5)
+    for split, n in (("train", 300), ("valid", 30)):
+        rows = []
+        for _ in range(n):
+            label = rng.choice(["red", "green", "blue"])
+            words = [rng.choice(LETTERS) for _ in range(rng.randint(1, 6))]
+            words.insert(rng.randrange(len(words) + 1), label)
+            rows.append(" ".join(words) + "\t" + label)
+        (root / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    return {"model": {"family": "classifier", "d_model": 32, "n_heads": 2, "d_ff": 64, "enc_layers": 2,
+                      "dropout": 0.0, "positional": "learned", "max_len": 16},
+            "data": {"task": "classification", "tokenizer": "word", "vocab_size": 64, "max_len": 15,
+                     "train": str(root / "train.tsv"), "valid": str(root / "valid.tsv")},
+            "train": {"max_steps": steps, "max_tokens": 400, "lr": 3e-3, "warmup": 5, "schedule": "constant",
+                      "valid_every": steps, "log_every": steps, "label_smoothing": 0.0, "device": "cpu"}}
+
+
+def image_classifier_config(root: Path, steps: int = 40) -> dict:
+    """8x8 grey images of a bright vertical bar at the left, middle or right (the label)."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    y = rng.integers(0, 3, 300)
+    x = rng.integers(0, 40, (300, 8, 8)).astype(np.uint8)
+    for i, label in enumerate(y):
+        x[i, :, (0, 3, 6)[label]:(0, 3, 6)[label] + 2] = 250
+    np.savez(root / "bars.npz", x=x, y=np.array(["left", "middle", "right"])[y])
+    return {"model": {"family": "vit", "patch_size": 2, "d_model": 16, "n_heads": 2, "d_ff": 32, "enc_layers": 2,
+                      "dropout": 0.0, "positional": "learned", "max_len": 17},
+            "data": {"task": "image", "train": str(root / "bars.npz"), "valid_size": 40},
+            "train": {"max_steps": steps, "batch_size": 32, "lr": 3e-3, "warmup": 5, "schedule": "constant",
+                      "valid_every": steps, "log_every": steps, "label_smoothing": 0.0, "device": "cpu"}}
+
+
+@pytest.fixture(scope="session")
+def text_classifier_run_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("serve_text_classifier")
+    return _train(text_classifier_config(root), root / "run")
+
+
+@pytest.fixture(scope="session")
+def image_classifier_run_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("serve_image_classifier")
+    return _train(image_classifier_config(root), root / "run")
+
+
+@pytest.fixture(scope="session")
+def text_classifier_run(text_classifier_run_dir) -> LoadedRun:
+    return load_run(text_classifier_run_dir)
+
+
+@pytest.fixture(scope="session")
+def image_classifier_run(image_classifier_run_dir) -> LoadedRun:
+    return load_run(image_classifier_run_dir)

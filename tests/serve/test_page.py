@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -31,12 +32,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(translation_run_dir):
+@contextmanager
+def serving(run_dir):
     """``python -m seqmap.serve RUN_DIR`` on a free loopback port; its base URL once /health answers."""
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "seqmap.serve", str(translation_run_dir), "--port", str(port),
+    process = subprocess.Popen([sys.executable, "-m", "seqmap.serve", str(run_dir), "--port", str(port),
                                 "--threads", "1", "--wait-ms", "2"], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
@@ -63,16 +64,36 @@ def server(translation_run_dir):
 
 
 @pytest.fixture(scope="module")
-def page(server):
+def browser():
+    """One headless Chromium for the module (Playwright's sync API allows one running instance at a time)."""
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page(viewport={"width": 1100, "height": 900})
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(server + "/")
-        yield page
+        yield browser
         browser.close()
-        assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+@contextmanager
+def browser_page(browser, url):
+    """A page at ``url``; JavaScript errors on it fail the test that used it."""
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url + "/")
+    yield page
+    page.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+@pytest.fixture(scope="module")
+def server(translation_run_dir):
+    with serving(translation_run_dir) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def page(browser, server):
+    with browser_page(browser, server) as page:
+        yield page
 
 
 def attended_most(attention: dict, row: int, layer: int | None, head: int | None) -> int:
@@ -137,3 +158,38 @@ def test_bad_input_shows_the_servers_message(page):
     page.click("#translate-button")
     sync_api.expect(page.locator("#error")).to_be_hidden()
     sync_api.expect(page.locator(".translation-item .nbest li")).to_have_count(2)
+
+
+def test_the_page_classifies_a_text_and_weights_its_tokens(browser, text_classifier_run_dir):
+    with serving(text_classifier_run_dir) as url, browser_page(browser, url) as page:
+        page.wait_for_selector("#classify-panel:not([hidden])")
+        assert page.is_hidden("#translate-panel") and page.is_hidden("#generate-panel")
+        page.fill("#classify-text", "a b red c")
+        page.click("#classify-button")
+        page.wait_for_selector("#prediction-panel:not([hidden])")
+        expected = httpx.post(url + "/classify", json={"text": "a b red c", "top": 3, "attention": True}).json()
+        best = expected["classifications"][0]
+        assert page.inner_text("#classes li:first-child").startswith(f"{best['label']} {best['probability']:.3f}")
+        tokens = page.query_selector_all("#token-weights .weighted-token")
+        assert [t.inner_text() for t in tokens] == best["attention"]["tokens"]
+        shown = [float(t.get_attribute("data-weight")) for t in tokens]
+        assert shown == pytest.approx(best["attention"]["rollout"], abs=1e-4)
+        page.select_option("#map-select", "last_layer")
+        shown = [float(t.get_attribute("data-weight")) for t in page.query_selector_all(".weighted-token")]
+        assert shown == pytest.approx(best["attention"]["last_layer"], abs=1e-4)
+
+
+def test_the_page_classifies_an_uploaded_image(browser, image_classifier_run_dir, tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    image = np.full((8, 8), 10, np.uint8)
+    image[:, 6:8] = 250
+    Image.fromarray(image).save(tmp_path / "bar.png")
+    with serving(image_classifier_run_dir) as url, browser_page(browser, url) as page:
+        page.wait_for_selector("#classify-image:not([hidden])")
+        assert page.is_hidden("#classify-text")
+        page.set_input_files("#classify-image", str(tmp_path / "bar.png"))
+        page.click("#classify-button")
+        page.wait_for_selector("#image-attention[data-drawn='1']")
+        assert page.inner_text("#classes li:first-child").startswith("right ")

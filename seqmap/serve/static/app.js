@@ -48,6 +48,10 @@ async function init() {
     return;
   }
   const info = state.info;
+  if (info.task === "classification" || info.task === "image") {
+    initClassify(info);
+    return;
+  }
   const langs = info.languages;
   const task = info.task === "lm" ? "language model" : `${langs.source} → ${langs.target}`;
   $("model-info").textContent = `${info.family} ${task} · ${info.parameters.toLocaleString("en")} parameters · ` +
@@ -295,6 +299,121 @@ function highlight(row) {
   const tokens = state.results[state.selected].attention;
   $("hover-info").textContent = `${label(tokens.output_tokens[row])} attends most to ` +
     `${label(tokens.source_tokens[best])} (${weights[best].toFixed(3)})`;
+}
+
+// -- classifiers: texts or an uploaded image -------------------------------------------------------
+
+function initClassify(info) {
+  const what = info.task === "image" ? `images ${info.input.width}x${info.input.height}` : "texts";
+  $("model-info").textContent = `${info.family} classifier of ${what} · ${info.classes.length} classes · ` +
+    `${info.parameters.toLocaleString("en")} parameters` + (info.step === null ? "" : ` · step ${info.step}`);
+  $("classify-panel").hidden = false;
+  if (info.task === "image") {
+    $("classify-label").textContent = "Image to classify";
+    $("classify-label").htmlFor = "classify-image";
+    $("classify-text").hidden = true;
+    $("classify-image").hidden = false;
+  }
+  $("classify-top").max = info.classes.length;
+  $("classify-top").value = Math.min(5, info.classes.length);
+  $("classify-form").addEventListener("submit", onClassify);
+  $("map-select").addEventListener("change", drawClassAttention);
+}
+
+function readAsDataURL(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result);
+    reader.onerror = () => reject(new Error(`cannot read ${file.name}`));
+    reader.readAsDataURL(file);
+  });
+}
+
+async function onClassify(event) {
+  event.preventDefault();
+  showError("");
+  const body = {top: Number($("classify-top").value), attention: state.info.attention.available};
+  if (state.info.task === "image") {
+    const file = $("classify-image").files[0];
+    if (!file) {
+      showError("choose an image file first");
+      return;
+    }
+    body.image = await readAsDataURL(file);
+    state.imageURL = body.image;
+  } else {
+    body.text = $("classify-text").value;
+  }
+  $("classify-button").disabled = true;
+  $("status").textContent = "classifying...";
+  try {
+    const data = await api("/classify", body);
+    state.classification = data.classifications[0];
+    showClassification();
+  } catch (error) {
+    showError(error.message);
+  } finally {
+    $("classify-button").disabled = false;
+    $("status").textContent = "";
+  }
+}
+
+function showClassification() {
+  const result = state.classification;
+  const list = $("classes");
+  list.replaceChildren();
+  for (const score of result.top) {
+    const item = document.createElement("li");
+    item.className = "class-item";
+    item.textContent = `${score.label} ${score.probability.toFixed(3)}`;
+    const bar = document.createElement("span");
+    bar.className = "bar";
+    bar.style.width = `${Math.round(200 * score.probability)}px`;
+    item.appendChild(bar);
+    list.appendChild(item);
+  }
+  $("prediction-panel").hidden = false;
+  drawClassAttention();
+}
+
+function drawClassAttention() {
+  const attention = state.classification && state.classification.attention;
+  $("token-weights").replaceChildren();
+  $("image-attention").hidden = true;
+  if (!attention) {
+    return;
+  }
+  const weights = attention[$("map-select").value];
+  const top = Math.max(...weights, 1e-12);
+  if (attention.tokens) {
+    attention.tokens.forEach((token, i) => {
+      const span = document.createElement("span");
+      span.className = "weighted-token";
+      span.textContent = label(token);
+      span.title = weights[i].toFixed(4);
+      span.dataset.weight = weights[i];
+      span.style.background = `rgba(245, 158, 11, ${(weights[i] / top).toFixed(3)})`;
+      $("token-weights").appendChild(span);
+    });
+    return;
+  }
+  const canvas = $("image-attention");
+  const context = canvas.getContext("2d");
+  const [rows, cols] = attention.grid;
+  const image = new Image();
+  image.onload = () => {
+    context.imageSmoothingEnabled = false;
+    context.drawImage(image, 0, 0, canvas.width, canvas.height);
+    const w = canvas.width / cols, h = canvas.height / rows;
+    weights.forEach((value, i) => {
+      context.fillStyle = `rgba(245, 158, 11, ${(0.75 * value / top).toFixed(3)})`;
+      context.fillRect((i % cols) * w, Math.floor(i / cols) * h, w, h);
+    });
+    canvas.dataset.drawn = "1";
+  };
+  canvas.hidden = false;
+  canvas.dataset.drawn = "";
+  image.src = state.imageURL;
 }
 
 init();

@@ -1,0 +1,121 @@
+"""POST /classify for a text and an image classifier: answers equal the model's own, attention maps, bad input."""
+
+import base64
+import io
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from seqmap.data.batching import collate_labels
+from seqmap.nn.rollout import class_token_attention
+from seqmap.serve.app import create_app
+from seqmap.serve.schemas import Limits
+
+LIMITS = Limits(max_chars=60, max_texts=4, max_body_bytes=20_000, max_image_pixels=64 * 64)
+
+
+@pytest.fixture(scope="module")
+def text_client(text_classifier_run):
+    with TestClient(create_app(text_classifier_run, limits=LIMITS, max_batch=8, wait_ms=2)) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def image_client(image_classifier_run):
+    with TestClient(create_app(image_classifier_run, limits=LIMITS, max_batch=8, wait_ms=2)) as c:
+        yield c
+
+
+def png(array: np.ndarray) -> str:
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def bar(column: int) -> np.ndarray:
+    image = np.full((8, 8), 10, np.uint8)
+    image[:, column:column + 2] = 250
+    return image
+
+
+def test_text_classes_and_probabilities_are_the_models(text_client, text_classifier_run):
+    run = text_classifier_run
+    texts = ["a b red c", "green", "d e f blue g h"]
+    answer = text_client.post("/classify", json={"text": texts, "top": 2}).json()["classifications"]
+    assert [a["label"] for a in answer] == ["red", "green", "blue"]
+    for text, a in zip(texts, answer):
+        batch = collate_labels([(run.src_tok.encode(text), 0)])
+        with torch.no_grad():
+            probs = run.model(batch.src, batch.src_mask).softmax(-1)[0]
+        assert len(a["top"]) == 2 and a["top"][0]["label"] == a["label"]
+        assert a["probability"] == pytest.approx(float(probs.max()), abs=1e-4)  # batched with others: same answer
+    info = text_client.get("/info").json()
+    assert info["task"] == "classification" and info["classes"] == ["blue", "green", "red"]
+
+
+def test_text_attention_is_the_class_tokens(text_client, text_classifier_run):
+    run = text_classifier_run
+    a = text_client.post("/classify", json={"text": "a b red c", "attention": True}).json()["classifications"][0]
+    att = a["attention"]
+    assert att["tokens"] == run.src_tok.tokens("a b red c") and att["grid"] is None
+    ids = run.src_tok.encode("a b red c")
+    weights = run.model.encoder_attention(torch.tensor([ids]), None)[0]
+    rollout, last = class_token_attention(weights)
+    assert att["rollout"] == pytest.approx(rollout.tolist(), abs=1e-4)
+    assert att["last_layer"] == pytest.approx(last.tolist(), abs=1e-4)
+    assert sum(att["rollout"]) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_images_are_classified_and_their_patches_weighted(image_client, image_classifier_run):
+    answer = image_client.post("/classify", json={"image": [png(bar(0)), png(bar(3)), png(bar(6))],
+                                                   "attention": True}).json()["classifications"]
+    assert [a["label"] for a in answer] == ["left", "middle", "right"]
+    att = answer[0]["attention"]
+    assert att["grid"] == [4, 4] and len(att["rollout"]) == len(att["last_layer"]) == 16 and att["tokens"] is None
+    data_url = "data:image/png;base64," + png(bar(6))  # what a browser's FileReader sends
+    assert image_client.post("/classify", json={"image": data_url}).json()["classifications"][0]["label"] == "right"
+    big = np.zeros((16, 16), np.uint8)  # another size is resized, as `seqmap classify` does
+    big[:, 12:16] = 250
+    assert image_client.post("/classify", json={"image": png(big)}).json()["classifications"][0]["label"] == "right"
+
+
+@pytest.mark.parametrize("body, status, field, words", [
+    ({"image": "AAAA"}, 422, "image", "send text, not image"),
+    ({}, 422, "text", "text is required"),
+    ({"text": []}, 422, "text", "empty list"),
+    ({"text": ["a"] * 5}, 422, "text", "at most 4 per request"),
+    ({"text": "x" * 61}, 422, "text", "at most 60"),
+    ({"text": "a " * 16}, 422, "text", "at most 15 (learned positions)"),
+    ({"text": "a", "top": 0}, 422, "top", "greater than or equal to 1"),
+])
+def test_bad_text_requests(text_client, body, status, field, words):
+    r = text_client.post("/classify", json=body)
+    assert r.status_code == status and r.json()["field"] == field and words in r.json()["detail"], r.text
+
+
+@pytest.mark.parametrize("image, words", [
+    ("not base64!", "image is not base64"),
+    (base64.b64encode(b"hello").decode(), "cannot read image as an image"),
+    ("data:image/png,abc", "without ;base64"),
+])
+def test_bad_images(image_client, image, words):
+    r = image_client.post("/classify", json={"image": image})
+    assert r.status_code == 422 and r.json()["field"] == "image" and words in r.json()["detail"], r.text
+
+
+def test_a_huge_image_is_refused_before_decoding(image_client):
+    r = image_client.post("/classify", json={"image": png(np.zeros((100, 100), np.uint8))})
+    assert r.status_code == 422 and "100x100 pixels; at most 4096 pixels" in r.json()["detail"]
+
+
+def test_routes_of_other_tasks_say_where_to_go(text_client, image_client, translation_run):
+    r = text_client.post("/translate", json={"text": "a"})
+    assert r.status_code == 409 and "holds a text classifier; POST /classify with a text" in r.json()["detail"]
+    r = image_client.post("/generate", json={"prompt": "a"})
+    assert r.status_code == 409 and "an image classifier; POST /classify with a base64 image" in r.json()["detail"]
+    with TestClient(create_app(translation_run, limits=LIMITS)) as client:
+        r = client.post("/classify", json={"text": "a"})
+        assert r.status_code == 409 and "holds a translation model; POST /translate" in r.json()["detail"]
