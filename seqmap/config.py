@@ -42,6 +42,8 @@ class ModelConfig:
 
     family: str = "transformer"  # transformer (encoder-decoder) | lm (decoder-only) | rnn (encoder-decoder) | rnn_lm
     #                               | classifier (encoder-only Transformer + a head, data.task=classification)
+    #                               | gat (graph attention network, data.task=graph: d_model = hidden width,
+    #                                 n_heads its heads, dropout on inputs, attention_dropout on attention)
     src_vocab: int = 0  # source vocabulary size (set from the tokenizer by `train`; unused by lm)
     tgt_vocab: int = 0  # target vocabulary size (the LM's vocabulary)
     pad_id: int = 0  # padding token id (its embedding is kept at zero)
@@ -71,7 +73,10 @@ class ModelConfig:
     tie_embeddings: bool = True  # target embedding and output projection share weights
     share_vocab: bool = False  # source and target embeddings are one table (needs equal vocabularies)
     pooling: str = "cls"  # classifier: cls (a learned vector in front, its final state) | mean (of real positions)
-    n_classes: int = 0  # classifier: number of classes (set from the training labels by `train`)
+    n_classes: int = 0  # classifier, gat: number of classes (set from the training labels by `train`)
+    n_features: int = 0  # gat: input features per node (set from the graph by `train`)
+    out_heads: int = 1  # gat: heads of the output layer, averaged (the paper: 1; 8 for PubMed)
+    graph_attention: str = "sparse"  # gat: sparse (one score per edge) | dense ((N, N) scores, masked)
 
     # RNN encoder-decoder
     rnn_cell: str = "lstm"  # rnn | lstm | gru
@@ -85,7 +90,9 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         s = "model"
-        _choice(s, "family", self.family, ("transformer", "lm", "rnn", "rnn_lm", "classifier"))
+        _choice(s, "family", self.family, ("transformer", "lm", "rnn", "rnn_lm", "classifier", "gat"))
+        _choice(s, "graph_attention", self.graph_attention, ("sparse", "dense"))
+        _positive(s, "out_heads", self.out_heads)
         _choice(s, "pooling", self.pooling, ("cls", "mean"))
         _choice(s, "norm_position", self.norm_position, ("pre", "post"))
         _choice(s, "norm", self.norm, ("layernorm", "rmsnorm"))
@@ -129,8 +136,9 @@ class DataConfig:
     """
 
     task: str = "translation"  # translation | lm | classification (TSV: text in src_column, label in tgt_column)
+    #                            | graph (node classification: train names one graph .npz, seqmap/data/graphs.py)
     dataset: str | None = None  # a bundled corpus (tatoeba-en-zh, tinyshakespeare) instead of files
-    train: str | None = None  # TSV (translation) or text file (lm)
+    train: str | None = None  # TSV (translation), text file (lm), graph .npz with its splits (graph)
     valid: str | None = None
     test: str | None = None
     train_src: str | None = None  # aligned source file (alternative to a TSV)
@@ -160,7 +168,7 @@ class DataConfig:
     max_classes: int | None = None  # classification: keep the most frequent training labels, the rest -> "other"
 
     def __post_init__(self) -> None:
-        _choice("data", "task", self.task, ("translation", "lm", "classification"))
+        _choice("data", "task", self.task, ("translation", "lm", "classification", "graph"))
         _choice("data", "tokenizer", self.tokenizer, ("char", "word", "bpe", "unigram"))
         if self.opencc is not None:
             _choice("data", "opencc", self.opencc, OPENCC_CONVERSIONS)
@@ -194,7 +202,7 @@ class TrainConfig:
     max_steps: int = 10000  # optimiser steps (0 = no limit)
     max_epochs: int = 0  # epochs (0 = no limit)
     max_time: float = 0.0  # minutes of training (0 = no limit); stops at a step boundary with a checkpoint
-    optimizer: str = "adamw"  # adamw | sgd
+    optimizer: str = "adamw"  # adamw | adam (L2 coupled into the gradient, on every parameter) | sgd
     lr: float = 5e-4  # peak learning rate
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # AdamW betas
     momentum: float = 0.0  # sgd
@@ -212,13 +220,18 @@ class TrainConfig:
     valid_bleu: bool = True  # translation: decode the validation set greedily (any decode.beam_size) for BLEU/chrF
     valid_examples: int = 3  # source/reference/hypothesis examples written to the log
     early_stopping: str = "loss"  # best checkpoint and patience: loss | ppl | bleu | chrf | accuracy | macro_f1
+    #                 (accuracy, macro_f1: equal values are ranked by the lower validation loss)
     patience: int = 0  # validations without improvement before stopping (0 = never stop early)
+    patience_metrics: list[str] = field(default_factory=list)  # [] = improvement is a better early_stopping
+    #   value; else the count restarts when any of these reaches its best so far, ties included
+    #   (the GAT authors' rule: [accuracy, loss])
+    save_every: int = 1  # validations between checkpoints; 0 = only when early_stopping improves, and the last
     keep_last: int = 2  # most recent checkpoints kept (the best is always kept)
     max_bad_steps: int = 20  # consecutive NaN/inf-loss steps before training stops
 
     def __post_init__(self) -> None:
         _choice("train", "precision", self.precision, ("auto", "fp32", "bf16", "fp16"))
-        _choice("train", "optimizer", self.optimizer, ("adamw", "sgd"))
+        _choice("train", "optimizer", self.optimizer, ("adamw", "adam", "sgd"))
         _choice("train", "schedule", self.schedule, ("inverse_sqrt", "cosine", "constant", "step"))
         if self.schedule == "step" and self.decay_every < 1:
             raise ConfigError("train.schedule=step needs train.decay_every >= 1 (steps between decays, e.g. one "
@@ -230,6 +243,10 @@ class TrainConfig:
         if not 0.0 <= self.momentum < 1.0:
             raise ConfigError(f"train.momentum must be in [0, 1), got {self.momentum}")
         _choice("train", "early_stopping", self.early_stopping, ("loss", "ppl", *HIGHER_IS_BETTER))
+        for name in self.patience_metrics:
+            _choice("train", "patience_metrics", name, ("loss", "ppl", *HIGHER_IS_BETTER))
+        if self.save_every < 0:
+            raise ConfigError(f"train.save_every must be >= 0 (0: only the best and the last), got {self.save_every}")
         for name in ("max_tokens", "batch_size", "accum_steps", "log_every", "valid_every", "max_bad_steps"):
             _positive("train", name, getattr(self, name))
         if self.max_steps <= 0 and self.max_epochs <= 0 and self.max_time <= 0:
@@ -300,15 +317,25 @@ class RunConfig:
         if not lm_family and d.task == "lm":
             raise ConfigError(f"data.task=lm needs a language model, but model.family={m.family}; set "
                               "model.family=lm or rnn_lm")
-        if (m.family == "classifier") != (d.task == "classification"):
-            raise ConfigError(f"model.family=classifier and data.task=classification go together (got "
-                              f"model.family={m.family}, data.task={d.task}); set both, or neither")
-        if self.train.early_stopping in ("accuracy", "macro_f1") and d.task != "classification":
-            raise ConfigError(f"train.early_stopping={self.train.early_stopping} is a classification metric; "
-                              f"data.task={d.task} validates loss, ppl (and bleu, chrf for translation)")
-        if self.train.early_stopping in ("bleu", "chrf", "ppl") and d.task == "classification":
-            raise ConfigError(f"train.early_stopping={self.train.early_stopping} is not measured for "
-                              "classification; use loss, accuracy or macro_f1")
+        for family, task in (("classifier", "classification"), ("gat", "graph")):
+            if (m.family == family) != (d.task == task):
+                raise ConfigError(f"model.family={family} and data.task={task} go together (got "
+                                  f"model.family={m.family}, data.task={d.task}); set both, or neither")
+        labelled = d.task in ("classification", "graph")
+        for metric in (self.train.early_stopping, *self.train.patience_metrics):
+            if metric in ("accuracy", "macro_f1") and not labelled:
+                raise ConfigError(f"train.early_stopping / patience_metrics {metric} is a classification metric; "
+                                  f"data.task={d.task} validates loss, ppl (and bleu, chrf for translation)")
+            if metric in ("bleu", "chrf", "ppl") and labelled:
+                raise ConfigError(f"train.early_stopping / patience_metrics {metric} is not measured for "
+                                  f"data.task={d.task}; use loss, accuracy or macro_f1")
+        if d.task == "graph":
+            if d.train is None or d.valid is not None or d.test is not None:
+                raise ConfigError("data.task=graph reads one .npz holding the graph and its train/val/test node "
+                                  "ids: set data.train (and not data.valid / data.test)")
+            if self.train.accum_steps != 1:
+                raise ConfigError(f"data.task=graph takes one full-graph step per epoch; train.accum_steps must "
+                                  f"be 1, got {self.train.accum_steps}")
         if m.positional == "learned" and m.family in ("transformer", "lm", "classifier"):
             longest = max(d.context, d.eval_context) if d.task == "lm" else d.max_len + 1  # + BOS or CLS
             what = ("data.context / data.eval_context" if d.task == "lm"

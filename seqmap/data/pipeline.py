@@ -20,6 +20,7 @@ from pathlib import Path
 from seqmap.config import DataConfig
 from seqmap.data import datasets
 from seqmap.data.corpus import DataError, FilterReport, cached_encode, filter_pairs, read_lines, read_parallel, read_tsv
+from seqmap.data.graphs import GraphData, load_planetoid
 from seqmap.data.labels import LabelSet
 from seqmap.data.lexicon import lexicon_pairs
 from seqmap.data.normalize import TextNormalizer
@@ -217,6 +218,17 @@ def load_classification(cfg: DataConfig, run_dir: Path, log: Callable[[str], Non
     if not out["valid"]:
         raise DataError("no validation rows left after filtering; check data.valid and data.max_len")
     return ClassificationData(tok, labels, out["train"], out["valid"], out["valid_text"], texts["test"], reports)
+
+
+def load_graph(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> GraphData:
+    """``data.train``: a graph .npz (or cora, citeseer: data/planetoid/NAME.npz), row-normalised, self-loops added."""
+    g = load_planetoid(cfg.train)
+    log(f"graph {g.name}: {g.num_nodes} nodes, {g.num_edges} edges (self-loops included), {g.num_features} "
+        f"features, {g.num_classes} classes; train / val / test nodes {g.train_idx.numel()} / "
+        f"{g.val_idx.numel()} / {g.test_idx.numel()}")
+    if g.val_idx.numel() == 0:
+        raise DataError(f"{cfg.train}: val_idx is empty; list the validation nodes (validation picks the checkpoint)")
+    return GraphData(g)
 
 
 def _stream(text: str, tok: Tokenizer, name: str, cache: Path) -> list[int]:
