@@ -5,6 +5,7 @@
     plot_curves(run_dir, "curves.png")                              # from RUN_DIR/metrics.jsonl
     plot_positional(64, 100, "positions.png")                       # sinusoidal table and RoPE angles
     plot_confusion(matrix, class_names, "confusion.png")            # a classifier's gold x predicted counts
+    plot_node_attention(run, graph_data, 5, "node5.png")            # a GAT node's attention over its neighbours
 
 Every function builds a ``matplotlib.figure.Figure`` directly (no pyplot): no GUI
 backend is touched, no global figure is left open, and the figure is returned for
@@ -21,7 +22,8 @@ from seqmap.visualize.attention import plot_attention, plot_run_attention
 from seqmap.visualize.confusion import plot_confusion
 from seqmap.visualize.curves import plot_curves
 from seqmap.visualize.figures import FORMATS, figure_inches, save_figure
+from seqmap.visualize.graph_attention import plot_node_attention
 from seqmap.visualize.positional import plot_positional
 
-__all__ = ["FORMATS", "figure_inches", "plot_attention", "plot_confusion", "plot_curves", "plot_positional",
-           "plot_run_attention", "save_figure"]
+__all__ = ["FORMATS", "figure_inches", "plot_attention", "plot_confusion", "plot_curves", "plot_node_attention",
+           "plot_positional", "plot_run_attention", "save_figure"]
