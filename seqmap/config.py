@@ -327,8 +327,8 @@ class RunConfig:
                 raise ConfigError(f"train.early_stopping / patience_metrics {metric} is a classification metric; "
                                   f"data.task={d.task} validates loss, ppl (and bleu, chrf for translation)")
             if metric in ("bleu", "chrf", "ppl") and labelled:
-                raise ConfigError(f"train.early_stopping / patience_metrics {metric} is not measured for "
-                                  f"data.task={d.task}; use loss, accuracy or macro_f1")
+                raise ConfigError(f"train.early_stopping / patience_metrics {metric} is not measured for {d.task} "
+                                  f"(data.task); use loss, accuracy or macro_f1")
         if d.task == "graph":
             if d.train is None or d.valid is not None or d.test is not None:
                 raise ConfigError("data.task=graph reads one .npz holding the graph and its train/val/test node "

@@ -230,7 +230,7 @@ def test_a_missing_graph_file_is_one_line(tmp_path, capsys):
     ("data", {"train": None}, "set data.train"),
     ("data", {"valid": "v.npz"}, "set data.train (and not data.valid / data.test)"),
     ("train", {"accum_steps": 2}, "train.accum_steps must be 1"),
-    ("train", {"early_stopping": "bleu"}, "is not measured for data.task=graph"),
+    ("train", {"early_stopping": "bleu"}, "is not measured for graph (data.task)"),
     ("train", {"patience_metrics": ["acuracy"]}, "train.patience_metrics = 'acuracy' is not valid"),
     ("train", {"save_every": -1}, "train.save_every must be >= 0"),
     ("model", {"out_heads": 0}, "model.out_heads must be > 0"),

@@ -115,6 +115,9 @@ def _build(args: argparse.Namespace):
     except RuntimeError:
         raise ServeError(f"--device {args.device!r} is not a device; use cpu, cuda or cuda:N") from None
     run = load_run(args.run_dir, args.checkpoint, device)
+    if run.cfg.data.task == "graph":
+        raise ServeError(f"{args.run_dir} is a graph (GAT) run; the server translates and generates only "
+                         "(use `seqmap evaluate` or `seqmap plot attention --node`)")
     if run.cfg.data.task == "classification":
         raise ServeError(f"{args.run_dir} is a classifier; the server translates and generates only so far "
                          "(use `seqmap classify`)")
