@@ -48,7 +48,7 @@ def node_attention(model, features, structure, node: int) -> tuple[np.ndarray, l
             logits.argmax(-1).cpu().numpy())
 
 
-def _select_heads(per_layer: list[np.ndarray], layer: int | None, head: int | str | None
+def select_heads(per_layer: list[np.ndarray], layer: int | None, head: int | str | None
                   ) -> tuple[list[np.ndarray], list[str]]:
     """The (K,) weights to draw per panel and the panel titles: layers (all or one), a head or their mean."""
     n_layers = len(per_layer)
@@ -93,7 +93,7 @@ def plot_node_attention(run, data, node: int, path: str | Path, *, layer: int | 
     neighbours, per_layer, predicted = node_attention(run.model.eval(), data.features.to(run.device), structure, node)
     if neighbours.size == 0:
         raise ValueError(f"node {node} has no incoming edge (not even a self-loop): nothing to plot")
-    panels, titles = _select_heads(per_layer, layer, head)
+    panels, titles = select_heads(per_layer, layer, head)
     gold = data.graph.labels.numpy()
     vmax = max(float(p.max()) for p in panels) or 1.0
     cmap, norm = colormaps["viridis"], Normalize(0.0, vmax)
