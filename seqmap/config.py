@@ -43,6 +43,8 @@ class ModelConfig:
     family: str = "transformer"  # transformer (encoder-decoder) | lm (decoder-only) | rnn (encoder-decoder) | rnn_lm
     #                               | classifier (encoder-only Transformer + a head, data.task=classification)
     #                               | vit (Vision Transformer: image patches + the classifier, data.task=image)
+    #                               | gat (graph attention network, data.task=graph: d_model = hidden width,
+    #                                 n_heads its heads, dropout on inputs, attention_dropout on attention)
     src_vocab: int = 0  # source vocabulary size (set from the tokenizer by `train`; unused by lm)
     tgt_vocab: int = 0  # target vocabulary size (the LM's vocabulary)
     pad_id: int = 0  # padding token id (its embedding is kept at zero)
@@ -79,6 +81,10 @@ class ModelConfig:
     image_width: int = 0
     pixel_mean: list[float] = field(default_factory=list)  # vit: per-channel pixel mean / std of the training
     pixel_std: list[float] = field(default_factory=list)  # images on the 0..255 scale (set by `train`)
+    n_classes: int = 0  # classifier, gat: number of classes (set from the training labels by `train`)
+    n_features: int = 0  # gat: input features per node (set from the graph by `train`)
+    out_heads: int = 1  # gat: heads of the output layer, averaged (the paper: 1; 8 for PubMed)
+    graph_attention: str = "sparse"  # gat: sparse (one score per edge) | dense ((N, N) scores, masked)
 
     # RNN encoder-decoder
     rnn_cell: str = "lstm"  # rnn | lstm | gru
@@ -92,7 +98,9 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         s = "model"
-        _choice(s, "family", self.family, ("transformer", "lm", "rnn", "rnn_lm", "classifier", "vit"))
+        _choice(s, "family", self.family, ("transformer", "lm", "rnn", "rnn_lm", "classifier", "vit", "gat"))
+        _choice(s, "graph_attention", self.graph_attention, ("sparse", "dense"))
+        _positive(s, "out_heads", self.out_heads)
         _choice(s, "pooling", self.pooling, ("cls", "mean"))
         _choice(s, "norm_position", self.norm_position, ("pre", "post"))
         _choice(s, "norm", self.norm, ("layernorm", "rmsnorm"))
@@ -137,8 +145,9 @@ class DataConfig:
 
     task: str = "translation"  # translation | lm | classification (TSV: text in src_column, label in tgt_column)
     #                            | image (.npz arrays or class sub-folders of images; see seqmap.data.images)
+    #                            | graph (node classification: train names one graph .npz, seqmap/data/graphs.py)
     dataset: str | None = None  # a bundled corpus (tatoeba-en-zh, tinyshakespeare) instead of files
-    train: str | None = None  # TSV (translation) or text file (lm)
+    train: str | None = None  # TSV (translation), text file (lm), graph .npz with its splits (graph)
     valid: str | None = None
     test: str | None = None
     train_src: str | None = None  # aligned source file (alternative to a TSV)
@@ -211,7 +220,7 @@ class TrainConfig:
     max_steps: int = 10000  # optimiser steps (0 = no limit)
     max_epochs: int = 0  # epochs (0 = no limit)
     max_time: float = 0.0  # minutes of training (0 = no limit); stops at a step boundary with a checkpoint
-    optimizer: str = "adamw"  # adamw | sgd
+    optimizer: str = "adamw"  # adamw | adam (L2 coupled into the gradient, on every parameter) | sgd
     lr: float = 5e-4  # peak learning rate
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # AdamW betas
     momentum: float = 0.0  # sgd
@@ -229,13 +238,18 @@ class TrainConfig:
     valid_bleu: bool = True  # translation: decode the validation set greedily (any decode.beam_size) for BLEU/chrF
     valid_examples: int = 3  # source/reference/hypothesis examples written to the log
     early_stopping: str = "loss"  # best checkpoint and patience: loss | ppl | bleu | chrf | accuracy | macro_f1
+    #                 (accuracy, macro_f1: equal values are ranked by the lower validation loss)
     patience: int = 0  # validations without improvement before stopping (0 = never stop early)
+    patience_metrics: list[str] = field(default_factory=list)  # [] = improvement is a better early_stopping
+    #   value; else the count restarts when any of these reaches its best so far, ties included
+    #   (the GAT authors' rule: [accuracy, loss])
+    save_every: int = 1  # validations between checkpoints; 0 = only when early_stopping improves, and the last
     keep_last: int = 2  # most recent checkpoints kept (the best is always kept)
     max_bad_steps: int = 20  # consecutive NaN/inf-loss steps before training stops
 
     def __post_init__(self) -> None:
         _choice("train", "precision", self.precision, ("auto", "fp32", "bf16", "fp16"))
-        _choice("train", "optimizer", self.optimizer, ("adamw", "sgd"))
+        _choice("train", "optimizer", self.optimizer, ("adamw", "adam", "sgd"))
         _choice("train", "schedule", self.schedule, ("inverse_sqrt", "cosine", "constant", "step"))
         if self.schedule == "step" and self.decay_every < 1:
             raise ConfigError("train.schedule=step needs train.decay_every >= 1 (steps between decays, e.g. one "
@@ -247,6 +261,10 @@ class TrainConfig:
         if not 0.0 <= self.momentum < 1.0:
             raise ConfigError(f"train.momentum must be in [0, 1), got {self.momentum}")
         _choice("train", "early_stopping", self.early_stopping, ("loss", "ppl", *HIGHER_IS_BETTER))
+        for name in self.patience_metrics:
+            _choice("train", "patience_metrics", name, ("loss", "ppl", *HIGHER_IS_BETTER))
+        if self.save_every < 0:
+            raise ConfigError(f"train.save_every must be >= 0 (0: only the best and the last), got {self.save_every}")
         for name in ("max_tokens", "batch_size", "accum_steps", "log_every", "valid_every", "max_bad_steps"):
             _positive("train", name, getattr(self, name))
         if self.max_steps <= 0 and self.max_epochs <= 0 and self.max_time <= 0:
@@ -262,8 +280,8 @@ class TrainConfig:
 
 
 HIGHER_IS_BETTER = ("bleu", "chrf", "accuracy", "macro_f1")  # validation metrics to maximise (the rest: minimise)
-CLASSIFICATION_TASKS = ("classification", "image")  # data.task values that predict one label per example
-FAMILY_OF_TASK = {"classification": "classifier", "image": "vit"}  # the model family each of those tasks needs
+CLASSIFICATION_TASKS = ("classification", "image", "graph")  # data.task values that predict one label per example
+FAMILY_OF_TASK = {"classification": "classifier", "image": "vit", "graph": "gat"}  # the family each of those needs
 
 
 # Fixed ranges beyond which decoding has no meaning and its float arithmetic breaks (found by
@@ -325,13 +343,21 @@ class RunConfig:
         if needs[1] is not None and (m.family, d.task) != needs:
             raise ConfigError(f"model.family={needs[0]} and data.task={needs[1]} go together (got model.family="
                               f"{m.family}, data.task={d.task}); set both, or neither")
-        classifying = d.task in CLASSIFICATION_TASKS
-        if self.train.early_stopping in ("accuracy", "macro_f1") and not classifying:
-            raise ConfigError(f"train.early_stopping={self.train.early_stopping} is a classification metric; "
-                              f"data.task={d.task} validates loss, ppl (and bleu, chrf for translation)")
-        if self.train.early_stopping in ("bleu", "chrf", "ppl") and classifying:
-            raise ConfigError(f"train.early_stopping={self.train.early_stopping} is not measured for "
-                              f"classification (data.task={d.task}); use loss, accuracy or macro_f1")
+        labelled = d.task in CLASSIFICATION_TASKS
+        for metric in (self.train.early_stopping, *self.train.patience_metrics):
+            if metric in ("accuracy", "macro_f1") and not labelled:
+                raise ConfigError(f"train.early_stopping / patience_metrics {metric} is a classification metric; "
+                                  f"data.task={d.task} validates loss, ppl (and bleu, chrf for translation)")
+            if metric in ("bleu", "chrf", "ppl") and labelled:
+                raise ConfigError(f"train.early_stopping / patience_metrics {metric} is not measured for "
+                                  f"classification (data.task={d.task}); use loss, accuracy or macro_f1")
+        if d.task == "graph":
+            if d.train is None or d.valid is not None or d.test is not None:
+                raise ConfigError("data.task=graph reads one .npz holding the graph and its train/val/test node "
+                                  "ids: set data.train (and not data.valid / data.test)")
+            if self.train.accum_steps != 1:
+                raise ConfigError(f"data.task=graph takes one full-graph step per epoch; train.accum_steps must "
+                                  f"be 1, got {self.train.accum_steps}")
         if m.positional == "learned" and m.family in ("transformer", "lm", "classifier"):
             longest = max(d.context, d.eval_context) if d.task == "lm" else d.max_len + 1  # + BOS or CLS
             what = ("data.context / data.eval_context" if d.task == "lm"

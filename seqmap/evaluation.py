@@ -29,6 +29,7 @@ from sacrebleu.significance import PairedTest
 from seqmap import metrics as mt
 from seqmap.config import DecodeConfig
 from seqmap.data.corpus import read_lines, read_parallel, read_tsv
+from seqmap.data.graphs import GraphData
 from seqmap.data.images import read_split
 from seqmap.decoding.text import Scored, translate_texts
 from seqmap.runs import LoadedRun
@@ -39,6 +40,7 @@ from seqmap.training.validate import (
     classify_batches,
     classify_rows,
     eval_context,
+    graph_metrics,
     image_batches,
     image_metrics,
     lm_batches,
@@ -165,6 +167,8 @@ def evaluate_test_split(trainer: RunTrainer) -> dict | None:
         return _classification_test(trainer)
     if cfg.data.task == "image":
         return _image_test(trainer)
+    if cfg.data.task == "graph":
+        return _graph_test(trainer)
     lm = cfg.data.task == "lm"
     test = data.test if lm else data.test_text
     if not test:
@@ -222,6 +226,22 @@ def _image_test(trainer: RunTrainer) -> dict | None:
     return result
 
 
+def _graph_test(trainer: RunTrainer) -> dict | None:
+    """Loss, accuracy and macro-F1 of the best checkpoint on the graph's test nodes (None when it has none)."""
+    data, log = trainer.data, trainer.log
+    if data.graph.test_idx.numel() == 0:
+        return None
+    best = trainer.checkpoints.best() or trainer.checkpoints.latest()
+    load_checkpoint(best, model=trainer.model)
+    result = graph_metrics(trainer.model.eval(), data, data.graph.test_idx, trainer.cfg.model.graph_attention,
+                           trainer.device)
+    del result["logits"]
+    log.metrics("test", trainer.state["step"], **result)
+    log.info(f"test ({result['examples']} nodes, {best.name}): accuracy {result['accuracy']:.2f} macro-F1 "
+             f"{result['macro_f1']:.2f} loss {result['loss']:.4f}")
+    return result
+
+
 def evaluate_images(run: LoadedRun, path: str | Path, *, batch_size: int = 256) -> dict:
     """Accuracy, macro-F1, loss and the confusion matrix of an image classifier on an .npz or a folder of images.
 
@@ -240,6 +260,28 @@ def evaluate_images(run: LoadedRun, path: str | Path, *, batch_size: int = 256) 
                                           run.device)
     result = classification_scores(predicted, gold, nll_sum, len(run.labels))
     result["confusion"] = mt.confusion_matrix(predicted, gold, len(run.labels))
+    return result
+
+
+def evaluate_graph(run: LoadedRun, data: GraphData, split: str = "test") -> dict:
+    """Accuracy, macro-F1, loss and the confusion matrix of a graph run on one split's nodes (train, val, test).
+
+    ``data`` is the graph the run was trained on (``seqmap.data.pipeline.load_graph`` of its config), or another
+    graph with the same features and classes.
+    """
+    nodes = {"train": data.graph.train_idx, "val": data.graph.val_idx, "test": data.graph.test_idx}.get(split)
+    if nodes is None:
+        raise ValueError(f"split {split!r} is not one of train, val, test")
+    if nodes.numel() == 0:
+        raise ValueError(f"{data.graph.name}: {split}_idx is empty; there are no {split} nodes to evaluate")
+    cfg = run.cfg.model
+    if (data.graph.num_features, data.graph.num_classes) != (cfg.n_features, cfg.n_classes):
+        raise ValueError(f"{data.graph.name} has {data.graph.num_features} features and {data.graph.num_classes} "
+                         f"classes, but the run was trained on {cfg.n_features} and {cfg.n_classes}; give the "
+                         "run's graph")
+    result = graph_metrics(run.model.eval(), data, nodes, cfg.graph_attention, run.device)
+    predicted = result.pop("logits")[nodes].argmax(-1).tolist()
+    result["confusion"] = mt.confusion_matrix(predicted, data.graph.labels[nodes].tolist(), cfg.n_classes)
     return result
 
 

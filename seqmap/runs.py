@@ -29,8 +29,8 @@ class RunError(ValueError):
 class LoadedRun:
     cfg: RunConfig
     model: nn.Module
-    src_tok: Tokenizer | None  # None for a language model and for images
-    tgt_tok: Tokenizer | None  # None for images
+    src_tok: Tokenizer | None  # None for a language model, images and graphs
+    tgt_tok: Tokenizer | None  # None for images and graphs (no tokens)
     checkpoint: Path
     device: torch.device
     labels: LabelSet | None = None  # a classifier's classes (text or images; None for the other tasks)
@@ -66,12 +66,16 @@ def load_run(path: str | Path, which: str = "best", device: str | torch.device =
         cfg = from_dict(RunConfig, read_config(checkpoint))
     except ConfigError as e:
         raise RunError(f"{checkpoint / 'config.yaml'}: {e}") from None
+    model = build_model(cfg.model)
+    if cfg.data.task == "graph":  # no tokens: the graph itself is the input (seqmap.data.pipeline.load_graph)
+        load_checkpoint(checkpoint, model=model)
+        device = torch.device(device)
+        return LoadedRun(cfg, model.to(device).eval(), None, None, checkpoint, device)
     tok_dir = checkpoint / TOKENIZER_DIR
     if not tok_dir.exists():
         tok_dir = checkpoint.parent.parent / "tokenizer"
     task = cfg.data.task
     src_tok, tgt_tok = (None, None) if task == "image" else load_pair(tok_dir)
-    model = build_model(cfg.model)
     load_checkpoint(checkpoint, model=model)
     device = torch.device(device)
     model.to(device).eval()

@@ -34,7 +34,7 @@ def test_unknown_key_names_the_nearest_valid_one():
     ({"data": {"train": "a.tsv", "train_src": "a.de", "train_tgt": "a.en"}}, "either data.train or"),
     ({"data": {"valid_src": "a.de"}}, "must be given together"),
     ({"data": {"tokenizer": "bytes"}}, "data.tokenizer"),
-    ({"train": {"optimizer": "adam"}}, "train.optimizer"),
+    ({"train": {"optimizer": "adagrad"}}, "train.optimizer"),
     ({"train": {"schedule": "step"}}, "train.schedule=step needs train.decay_every"),
     ({"train": {"decay_factor": 2}}, r"train.decay_factor must be in \(0, 1\]"),
     ({"train": {"momentum": 1.0}}, r"train.momentum must be in \[0, 1\)"),

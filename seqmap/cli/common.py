@@ -34,7 +34,8 @@ def run_parser(commands, name: str, help_: str, description: str, epilog: str) -
 
 
 USE_FOR = {"translation": "seqmap translate / evaluate", "lm": "seqmap generate",
-           "classification": "seqmap classify", "image": "seqmap classify"}  # what to run on each data.task
+           "classification": "seqmap classify", "image": "seqmap classify",
+           "graph": "seqmap evaluate / seqmap plot attention --node"}  # what to run on each data.task
 
 
 def load(args: argparse.Namespace, task: str | tuple[str, ...] | None = None):
@@ -68,3 +69,18 @@ def decode_config(run, args: argparse.Namespace):
         raise UserError(f"only --decode.* options can be overridden here, got --{other[0]}.*")
     values = {**to_dict(run.cfg.decode), **overrides.get("decode", {})}
     return from_dict(DecodeConfig, values, "decode")
+
+
+def load_run_graph(run, path: str | None = None):
+    """The graph of a graph run (``GraphData``): ``path`` (``--data``), else the run's ``data.train``."""
+    import dataclasses
+
+    from seqmap.data.graphs import GraphError
+    from seqmap.data.pipeline import load_graph
+
+    data_cfg = run.cfg.data if path is None else dataclasses.replace(run.cfg.data, train=path)
+    try:
+        return load_graph(data_cfg, run.checkpoint, log=lambda _: None)
+    except GraphError as e:
+        hint = "" if path is not None else " (or give the graph with --data GRAPH.npz)"
+        raise UserError(f"{e}{hint}") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from seqmap.cli.common import UserError, decode_config, load, run_parser
+from seqmap.cli.common import UserError, decode_config, load, load_run_graph, run_parser
 
 
 def add_parser(commands) -> None:
@@ -14,12 +14,15 @@ def add_parser(commands) -> None:
         "Translate --src, score against --ref with sacreBLEU (BLEU tokenizer chosen by the target\n"
         "language: zh for Chinese, 13a otherwise) and report the reference perplexity.",
         "examples:\n  seqmap evaluate runs/de-en --src data/multi30k/test2016.de --ref data/multi30k/test2016.en\n"
-        "  seqmap evaluate runs/sections --data test.tsv --confusion confusion.png")
+        "  seqmap evaluate runs/sections --data test.tsv --confusion confusion.png\n"
+        "  seqmap evaluate runs/cora-gat --confusion confusion.png   (a graph run: its test nodes)")
     evaluate.add_argument("--src", help="source sentences, one per line")
     evaluate.add_argument("--ref", help="reference translations, aligned with --src")
     evaluate.add_argument("--data", help="a classifier: a TSV of text<TAB>label rows (the columns of data.src_column "
                                          "and data.tgt_column); an image classifier: an .npz or a folder of class "
-                                         "sub-folders")
+                                         "sub-folders; a graph run: the graph .npz (default: its data.train)")
+    evaluate.add_argument("--split", choices=("train", "val", "test"), default="test",
+                          help="a graph run: the nodes to score (default: test)")
     evaluate.add_argument("--confusion", help="a classifier: also draw the confusion matrix here (.png or .svg)")
     evaluate.add_argument("--out", help="where to write the hypotheses (default: RUN_DIR/eval/SRC.hyp)")
     evaluate.add_argument("--nbest", type=int, default=1, help="also write N-best lists to OUT.nbest")
@@ -36,6 +39,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from seqmap.evaluation import evaluate_files
 
     run = load(args)
+    if run.cfg.data.task == "graph":
+        return _evaluate_graph(run, args)
     if run.cfg.data.task in ("classification", "image"):
         return _evaluate_classifier(run, args)
     if args.src is None or args.ref is None:
@@ -85,5 +90,24 @@ def _evaluate_classifier(run, args: argparse.Namespace) -> int:
 
         plot_confusion(result["confusion"], run.labels.names, args.confusion,
                        title=f"{Path(args.data).name}: accuracy {result['accuracy']:.1f}%")
+        print(f"confusion matrix written to {args.confusion}")
+    return 0
+
+
+def _evaluate_graph(run, args: argparse.Namespace) -> int:
+    from seqmap.evaluation import evaluate_graph
+
+    data = load_run_graph(run, args.data)
+    try:
+        result = evaluate_graph(run, data, args.split)
+    except ValueError as e:  # another graph's sizes, an empty split
+        raise UserError(str(e)) from None
+    print(f"accuracy = {result['accuracy']:.2f}   macro-F1 = {result['macro_f1']:.2f}   loss = {result['loss']:.4f}"
+          f"   ({result['examples']} {args.split} nodes of {data.graph.name}, {data.graph.num_classes} classes)")
+    if args.confusion:
+        from seqmap.visualize import plot_confusion
+
+        plot_confusion(result["confusion"], data.class_names, args.confusion,
+                       title=f"{data.graph.name} {args.split} nodes: accuracy {result['accuracy']:.1f}%")
         print(f"confusion matrix written to {args.confusion}")
     return 0

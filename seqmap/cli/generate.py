@@ -26,6 +26,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     run = load(args)
     if run.cfg.data.task in ("classification", "image"):
         raise UserError(f"{args.run_dir} is a classifier; use `seqmap classify` instead")
+    if run.cfg.data.task == "graph":
+        raise UserError(f"{args.run_dir} is a graph (GAT) run; use `seqmap evaluate` or `seqmap plot attention --node`")
     if run.src_tok is not None:
         raise UserError(f"{args.run_dir} is a translation model; use `seqmap translate` instead")
     decode = decode_config(run, args)

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from seqmap.cli.common import UserError
+from seqmap.cli.common import UserError, load_run_graph
+
+
+def _int_option(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise UserError(f"{name} must be a number or 'mean', got {value!r}") from None
 
 
 def add_parser(commands) -> None:
@@ -17,10 +24,13 @@ def add_parser(commands) -> None:
                     "  --self encoder for the encoder's self-attention).\n"
                     "attention RUN_DIR --image FILE: an image classifier (ViT): attention rollout and the\n"
                     "  last layer's class-token attention over the image.\n"
+                    "attention RUN_DIR --node ID: a graph run (model.family gat): the node's attention over\n"
+                    "  its neighbours, a panel per layer (--layer), mean of heads unless --head N.\n"
                     "curves RUN_DIR: training and validation curves from metrics.jsonl.\n"
                     "positional: the sinusoidal encoding and the RoPE rotation for a width.\n"
                     "The format follows --out's suffix: .png or .svg.",
         epilog="examples:\n  seqmap plot attention runs/en-zh --text \"I love machine learning.\" --out attn.png\n"
+               "  seqmap plot attention runs/cora-gat --node 1701 --out node1701.png\n"
                "  seqmap plot curves runs/en-zh --out curves.svg\n"
                "  seqmap plot positional --d-model 128 --length 100 --out positional.png")
     plot.add_argument("what", choices=["attention", "curves", "positional"])
@@ -29,6 +39,8 @@ def add_parser(commands) -> None:
     plot.add_argument("--text", help="attention: the source sentence (an LM: the text)")
     plot.add_argument("--image", help="attention: an image file, for an image classifier (model.family=vit)")
     plot.add_argument("--hyp", help="attention: force this output instead of decoding one")
+    plot.add_argument("--node", type=int, help="attention, a graph run: the node whose neighbourhood to draw")
+    plot.add_argument("--data", help="attention, a graph run: the graph .npz (default: the run's data.train)")
     plot.add_argument("--layer", type=int, help="attention: one layer (default: all)")
     plot.add_argument("--head", help="attention: one head, or 'mean' (default: all)")
     plot.add_argument("--self", choices=["encoder", "decoder"], help="attention: self-attention instead of cross")
@@ -60,17 +72,27 @@ def _plot(args: argparse.Namespace, visualize) -> None:
     elif args.what == "curves":
         visualize.plot_curves(args.run_dir, out, title=args.title)
     else:
+        if not args.text and args.node is None and not args.image:
+            raise UserError("seqmap plot attention needs --text SENTENCE (an image classifier: --image FILE; a graph "
+                            "run: --node ID)")
         from seqmap.runs import load_run
 
         run = load_run(args.run_dir, args.checkpoint)
+        head = args.head if args.head in (None, "mean") else _int_option("--head", args.head)
         if run.cfg.data.task == "image":
             if not args.image:
                 raise UserError(f"{args.run_dir} classifies images: seqmap plot attention needs --image FILE")
-            head = None if args.head in (None, "mean") else int(args.head)
-            visualize.plot_image_attention(run, args.image, out, head=head, title=args.title)
+            visualize.plot_image_attention(run, args.image, out, head=None if head == "mean" else head,
+                                           title=args.title)
+            return
+        if (run.cfg.data.task == "graph") != (args.node is not None):
+            raise UserError(f"{args.run_dir} is a graph run: plot it with --node ID" if args.node is None else
+                            f"--node is for graph runs; {args.run_dir} reads text: plot it with --text SENTENCE")
+        if args.node is not None:
+            data = load_run_graph(run, args.data)
+            visualize.plot_node_attention(run, data, args.node, out, layer=args.layer, head=head, title=args.title)
             return
         if not args.text:
             raise UserError("seqmap plot attention needs --text SENTENCE")
-        head = args.head if args.head in (None, "mean") else int(args.head)
         visualize.plot_run_attention(run, args.text, out, hypothesis=args.hyp, which=args.self or "cross",
                                      layer=args.layer, head=head, title=args.title)

@@ -22,6 +22,8 @@ from seqmap.data.bundled_corpora import (
     tatoeba_row_splits,
 )
 from seqmap.data.dataset_files import DatasetError, SourceFile, write_file, write_lines
+from seqmap.data.graphs import PLANETOID_SHA256
+from seqmap.data.planetoid import PLANETOID_PARTS, verified_planetoid_npz
 
 # A writer turns {upstream file name: verified content} into the prepared layout under a directory.
 Writer = Callable[["Dataset", dict[str, bytes], Path], list[str]]
@@ -38,6 +40,8 @@ class Dataset:
         files: the upstream files.
         base_url: upstream base URL of ``files``; "" when there is nothing to download.
         writer: writes the prepared layout; ``None`` copies each file's content to its ``out`` name.
+        prepared: the prepared files themselves with their checksums: ``prepare`` takes a folder holding
+            them (verified, copied) in place of the upstream files.
     """
 
     name: str
@@ -46,6 +50,7 @@ class Dataset:
     files: tuple[SourceFile, ...]
     base_url: str = ""
     writer: Writer | None = field(default=None, repr=False, compare=False)
+    prepared: tuple[SourceFile, ...] = ()
 
     @property
     def downloadable(self) -> bool:
@@ -84,6 +89,27 @@ def _write_tatoeba(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> 
             written.append(f"{split}.{suffix}")
     write_file(dest / "about.txt", bundled_bytes("tatoeba_cmn_eng.about.txt"))
     return [*written, "about.txt"]
+
+
+def _write_planetoid(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> list[str]:
+    """The eight ind.NAME.* pickles -> NAME.npz (seqmap/data/planetoid.py), its arrays checked by digest."""
+    write_file(dest / f"{dataset.name}.npz", verified_planetoid_npz(contents, dataset.name))
+    return [f"{dataset.name}.npz"]
+
+
+def _planetoid(name: str, description: str, license_: str) -> Dataset:
+    """Cora / CiteSeer: the Planetoid pickles from kimiyoung/planetoid, or the converted NAME.npz from a local copy."""
+    return Dataset(
+        name=name, description=description, license=license_,
+        base_url="https://raw.githubusercontent.com/kimiyoung/planetoid/master/data",
+        files=tuple(SourceFile(f"ind.{name}.{part}", "") for part in PLANETOID_PARTS),  # checked after conversion
+        writer=_write_planetoid,
+        prepared=(SourceFile(f"{name}.npz", PLANETOID_SHA256[name], out=f"{name}.npz"),),
+    )
+
+
+_PLANETOID_LICENSE = ("LINQS data (Sen et al. 2008), no separate license; the Planetoid split and files (Yang et al. "
+                      "2016) from kimiyoung/planetoid, MIT License, (c) 2016 Zhilin Yang. Cite both.")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -138,6 +164,10 @@ DATASETS: dict[str, Dataset] = {
             base_url="https://raw.githubusercontent.com/multi30k/dataset/master/data/task1",
             files=tuple(SourceFile(p, h, _multi30k_name(p)) for p, h in _MULTI30K_SHA256.items()),
         ),
+        _planetoid("cora", "Cora citation graph, standard Planetoid split (2,708 nodes, 7 classes; 140 / 500 / 1,000 "
+                   "labelled) as cora.npz", _PLANETOID_LICENSE),
+        _planetoid("citeseer", "CiteSeer citation graph, standard Planetoid split (3,327 nodes, 6 classes; 120 / 500 / "
+                   "1,000 labelled) as citeseer.npz", _PLANETOID_LICENSE),
         Dataset(
             name="mnist",
             description="MNIST handwritten digits, 28x28 grey (60,000 train / 10,000 test), Keras' mnist.npz",

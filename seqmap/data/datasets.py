@@ -84,6 +84,7 @@ from seqmap.data.dataset_files import (
     part_path,
     read_text,
     verified_content,
+    write_file,
     write_lines,
 )
 from seqmap.data.dataset_registry import DATASETS, Dataset, Writer, get_dataset, list_datasets, write_renamed
@@ -217,6 +218,13 @@ def prepare(name: str, source_dir: str | os.PathLike, dest_dir: str | os.PathLik
     source = Path(source_dir)
     if not source.is_dir():
         raise MissingFilesError(f"cannot prepare {name}: source directory {source} does not exist")
+    ready = {f: [p for p in _candidates(source, f) if p.is_file()] for f in dataset.prepared}
+    if ready and all(ready.values()):  # the prepared files themselves (e.g. cora.npz): verify and copy
+        dest = Path(dest_dir)
+        dest.mkdir(parents=True, exist_ok=True)
+        for file, paths in ready.items():
+            write_file(dest / file.out, verified_content(file, paths[0].read_bytes(), str(paths[0])))
+        return _write_readme(dataset, dest, [f.out for f in dataset.prepared], dataset.prepared, "")
     found: dict[SourceFile, Path] = {}
     missing: list[str] = []
     for file in dataset.files:
@@ -227,8 +235,9 @@ def prepare(name: str, source_dir: str | os.PathLike, dest_dir: str | os.PathLik
             missing.append(" or ".join(str(p) for p in _candidates(source, file)))
     if missing:
         raise MissingFilesError(
-            f"cannot prepare {name}: {len(missing)} of {len(dataset.files)} files missing from {source}. "
-            "Looked for:\n  " + "\n  ".join(missing)
+            f"cannot prepare {name}: {len(missing)} of {len(dataset.files)} files missing from {source}"
+            + (f" (and no prepared {', '.join(f.name for f in dataset.prepared)} there)" if dataset.prepared else "")
+            + ". Looked for:\n  " + "\n  ".join(missing)
         )
     contents = {file.name: verified_content(file, path.read_bytes(), str(path)) for file, path in found.items()}
     return _write_layout(dataset, contents, Path(dest_dir))
@@ -244,15 +253,20 @@ def _prepare_from_bundle(dataset: Dataset, dest: Path) -> Path:
 def _write_layout(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     written = (dataset.writer or write_renamed)(dataset, contents, dest)
-    sources = [f"{dataset.base_url}/{f.path}" if dataset.base_url else f.name for f in dataset.files]
+    return _write_readme(dataset, dest, written, dataset.files, dataset.base_url)
+
+
+def _write_readme(dataset: Dataset, dest: Path, written: list[str], files, base_url: str) -> Path:
+    sources = [f"{base_url}/{f.path}" if base_url else f.name for f in files]
     readme = [
         f"{dataset.name}: {dataset.description}",
         "",
         f"License: {dataset.license}",
         "",
         "Prepared by seqmap.data.datasets from (SHA-256 of the content):",
-        *(f"  {src}  {f.sha256}{' (of its arrays)' if f.digest == 'npz-arrays' else ''}"
-          for src, f in zip(sources, dataset.files, strict=True)),
+        *(f"  {src}  {f.sha256 or '(none recorded: the converted arrays are checked)'}"
+          f"{' (of its arrays)' if f.digest == 'npz-arrays' else ''}"
+          for src, f in zip(sources, files, strict=True)),
         "",
         "Files: " + " ".join(written),
     ]

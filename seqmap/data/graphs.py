@@ -16,18 +16,29 @@ row-normalised (each row divided by its sum; all-zero rows stay zero) and every 
 self-loop (existing self-loops are dropped first, so none is doubled). Both are options, on by default.
 
 Every bad input raises :class:`GraphError` with one line naming the file, the problem and the fix.
+
+Training (``data.task: graph``) is full-batch and transductive: :class:`GraphData` turns the whole graph
+into one :class:`~seqmap.data.batching.LabelBatch` per pass, scored on one split's nodes. The batch
+carries the structure where a text batch carries its mask (``model(batch.src, batch.src_mask)``):
+
+- ``src``: (N, F) node features, a sparse COO tensor (bag-of-words rows are ~1% non-zero);
+- ``src_mask``: the graph, in the form the model's attention takes (``model.graph_attention``): the
+  (2, E) edge index (sparse; the True entries of the mask, as (source j, destination i)) or the
+  (N, N) boolean mask itself (dense; ``mask[i, j]`` True = node i may attend node j);
+- ``labels``: (N,) the class of each node of the split, ``NOT_SCORED`` elsewhere.
 """
 
 from __future__ import annotations
 
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from seqmap.data.batching import NOT_SCORED, LabelBatch
 from seqmap.data.dataset_files import DatasetError
 from seqmap.nn.graph_attention import adjacency_mask
 
@@ -94,6 +105,40 @@ class Graph:
         inverse[perm] = torch.arange(perm.numel())
         return Graph(self.features[perm], self.labels[perm], _sorted_edges(inverse[self.edge_index]),
                      inverse[self.train_idx], inverse[self.val_idx], inverse[self.test_idx], self.name)
+
+
+GRAPH_FORMS = ("sparse", "dense")  # how a batch carries the structure: edge index | (N, N) mask
+
+
+@dataclass
+class GraphData:
+    """One graph ready for full-batch training: its features as sparse COO, its structure in either form."""
+
+    graph: Graph
+    features: Tensor = field(init=False, repr=False)
+    _structures: dict[str, Tensor] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.features = self.graph.features.to_sparse().coalesce()
+
+    @property
+    def class_names(self) -> list[str]:
+        """The classes as the .npz numbers them ("0", "1", ...): the format stores no names."""
+        return [str(c) for c in range(self.graph.num_classes)]
+
+    def structure(self, form: str) -> Tensor:
+        """The (2, E) edge index (``sparse``) or the (N, N) boolean mask (``dense``), built once per form."""
+        if form not in GRAPH_FORMS:
+            raise ValueError(f"graph form {form!r} is not one of {GRAPH_FORMS}")
+        if form not in self._structures:
+            self._structures[form] = self.graph.edge_index if form == "sparse" else self.graph.adjacency_mask()
+        return self._structures[form]
+
+    def batch(self, nodes: Tensor, form: str = "sparse") -> LabelBatch:
+        """The whole graph as one :class:`LabelBatch` scored on ``nodes`` (see the module docstring)."""
+        labels = torch.full_like(self.graph.labels, NOT_SCORED)
+        labels[nodes] = self.graph.labels[nodes]
+        return LabelBatch(self.features, self.structure(form), labels, int(nodes.numel()))
 
 
 def _sorted_edges(edge_index: Tensor) -> Tensor:

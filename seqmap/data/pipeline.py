@@ -20,6 +20,7 @@ from pathlib import Path
 from seqmap.config import DataConfig
 from seqmap.data import datasets
 from seqmap.data.corpus import DataError, FilterReport, cached_encode, filter_pairs, read_lines, read_parallel, read_tsv
+from seqmap.data.graphs import GraphData, load_planetoid
 from seqmap.data.images import ImageSet, pixel_stats, read_split
 from seqmap.data.labels import LabelSet
 from seqmap.data.lexicon import lexicon_pairs
@@ -275,6 +276,15 @@ def load_images(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = pri
     log(f"images: {len(train)} train / {len(valid)} valid / {0 if test is None else len(test)} test, "
         f"{'x'.join(map(str, train.shape))} (channels x height x width), pixel mean {mean} std {std}")
     return ImageData(labels, train, valid, test, train_ids, valid_ids, mean, std)
+def load_graph(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> GraphData:
+    """``data.train``: a graph .npz (or cora, citeseer: data/planetoid/NAME.npz), row-normalised, self-loops added."""
+    g = load_planetoid(cfg.train)
+    log(f"graph {g.name}: {g.num_nodes} nodes, {g.num_edges} edges (self-loops included), {g.num_features} "
+        f"features, {g.num_classes} classes; train / val / test nodes {g.train_idx.numel()} / "
+        f"{g.val_idx.numel()} / {g.test_idx.numel()}")
+    if g.val_idx.numel() == 0:
+        raise DataError(f"{cfg.train}: val_idx is empty; list the validation nodes (validation picks the checkpoint)")
+    return GraphData(g)
 
 
 def _stream(text: str, tok: Tokenizer, name: str, cache: Path) -> list[int]:

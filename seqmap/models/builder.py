@@ -11,6 +11,7 @@ from torch import nn
 
 from seqmap.config import ConfigError, ModelConfig
 from seqmap.models.classifier import TransformerClassifier
+from seqmap.models.gat import GAT
 from seqmap.models.lm import DecoderOnlyLM
 from seqmap.models.rnn_lm import RNNLM
 from seqmap.models.transformer import Transformer, TransformerDecoder, TransformerEncoder
@@ -21,7 +22,9 @@ from seqmap.nn.positional import build_positional
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
-    """Build the model family named by ``cfg.family`` (transformer, lm, rnn, rnn_lm, classifier or vit)."""
+    """Build the model family named by ``cfg.family`` (transformer, lm, rnn, rnn_lm, classifier, vit or gat)."""
+    if cfg.family == "gat":
+        return build_gat(cfg)
     if cfg.tgt_vocab <= 0 and cfg.family != "vit":
         raise ConfigError("model.tgt_vocab must be set (> 0): the size of the target vocabulary")
     if cfg.family == "vit":
@@ -160,3 +163,11 @@ def build_vit(cfg: ModelConfig) -> TransformerClassifier:
     model = TransformerClassifier(encoder, cfg.n_classes, cfg.pooling, cfg.dropout)
     _init_linears(model)
     return model
+def build_gat(cfg: ModelConfig) -> GAT:
+    """The two-layer GAT: ``n_heads`` heads of ``d_model / n_heads`` features, ``out_heads`` averaged output heads."""
+    if cfg.n_features <= 0:
+        raise ConfigError("model.n_features must be set (> 0): input features per node (set from the graph)")
+    if cfg.n_classes < 2:
+        raise ConfigError(f"model.n_classes must be at least 2 (set from the graph's labels), got {cfg.n_classes}")
+    return GAT(cfg.n_features, cfg.n_classes, hidden=cfg.d_model // cfg.n_heads, heads=cfg.n_heads,
+               out_heads=cfg.out_heads, dropout=cfg.dropout, attn_dropout=cfg.attention_dropout)

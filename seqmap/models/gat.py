@@ -50,8 +50,19 @@ class GAT(nn.Module):
         self.hidden = GraphAttention(in_dim, hidden, heads, concat=True, **kw)
         self.out = GraphAttention(hidden * heads, num_classes, out_heads, concat=False, **kw)
 
-    def forward(self, x: Tensor, graph: Tensor) -> tuple[Tensor, list[Tensor]]:
-        """x (N, F), graph (2, E) or (N, N) -> (logits (N, C), [hidden weights, output weights])."""
+    def forward(self, x: Tensor, graph: Tensor) -> Tensor:
+        """x (N, F) dense or sparse COO, graph (2, E) edge index or (N, N) mask -> logits (N, C).
+
+        As a classifier is called (``model(src, src_mask)``): the trainer passes a graph
+        ``LabelBatch``'s node features and structure (see ``seqmap.data.graphs.graph_batch``).
+        """
+        return self.attention(x, graph)[0]
+
+    def attention(self, x: Tensor, graph: Tensor) -> tuple[Tensor, list[Tensor]]:
+        """The forward pass with its attention: (logits (N, C), [hidden layer weights, output layer weights]).
+
+        Weights are (E, H) per edge for an edge index, (H, N, N) for a mask (see ``GraphAttention``).
+        """
         h, w1 = self.hidden(x, graph)
         logits, w2 = self.out(F.elu(h), graph)
         return logits, [w1, w2]

@@ -115,6 +115,9 @@ def _build(args: argparse.Namespace):
     except RuntimeError:
         raise ServeError(f"--device {args.device!r} is not a device; use cpu, cuda or cuda:N") from None
     run = load_run(args.run_dir, args.checkpoint, device)
+    if run.cfg.data.task == "graph":
+        raise ServeError(f"{args.run_dir} is a graph (GAT) run; the server translates, generates and classifies "
+                         "texts and images (use `seqmap evaluate` or `seqmap plot attention --node`)")
     limits = Limits(max_chars=args.max_chars, max_texts=args.max_texts, max_beam=args.max_beam,
                     max_new_tokens=args.max_new_tokens, max_attention_weights=args.max_attention)
     app = create_app(run, limits=limits, max_batch=args.max_batch, wait_ms=args.wait_ms, threads=args.threads,

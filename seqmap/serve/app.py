@@ -38,7 +38,6 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 import seqmap
-from seqmap.config import CLASSIFICATION_TASKS
 from seqmap.runs import LoadedRun
 from seqmap.serve.batcher import Batcher, QueueFull
 from seqmap.serve.classify import CLASSIFY_KEY, ClassifierEngine
@@ -83,7 +82,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         max_waiting: most requests waiting for the model; beyond it, 503 with Retry-After.
     """
     limits = limits or Limits()
-    engine = ClassifierEngine(run, limits) if run.cfg.data.task in CLASSIFICATION_TASKS else Engine(run, limits)
+    engine = ClassifierEngine(run, limits) if run.cfg.data.task in ("classification", "image") else Engine(run, limits)
 
     def worker_start() -> None:
         if threads is not None:
@@ -157,7 +156,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
     @app.post("/classify", response_model=ClassifyResponse, responses=ERRORS)
     async def classify(req: ClassifyRequest, request: Request) -> JSONResponse:
         """Classify texts (a text classifier) or base64 image files (an image classifier); top classes, attention."""
-        if engine.task not in CLASSIFICATION_TASKS:
+        if engine.task not in ("classification", "image"):
             raise _wrong_route(engine.task)
         job = engine.inputs(req)
         batcher.start()

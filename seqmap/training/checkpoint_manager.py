@@ -25,7 +25,8 @@ class CheckpointManager:
     """Saves ``step-XXXXXX`` checkpoints under ``run_dir/checkpoints``, keeping the last few and the best.
 
     ``keep_last`` most recently saved checkpoints are kept, plus the best by ``metric`` (lower is
-    better for ``mode="min"``), which rotation never deletes. ``checkpoints/index.json`` lists them
+    better for ``mode="min"``; equal values go to the lower ``tie_break`` given with them, then to the
+    earliest), which rotation never deletes. ``checkpoints/index.json`` lists them
     in save order and names the last and the best; it is rewritten atomically after each save.
     """
 
@@ -37,10 +38,12 @@ class CheckpointManager:
         self.dir = Path(run_dir) / "checkpoints"
         self.keep_last, self.metric, self.mode = keep_last, metric, mode
 
-    def save(self, step: int, *, metric_value: float | None = None, **kwargs: Any) -> Path:
+    def save(self, step: int, *, metric_value: float | None = None, tie_break: float | None = None,
+             **kwargs: Any) -> Path:
         """``save_checkpoint`` to ``step-XXXXXX`` (same keyword arguments), then rotate and update the index.
 
-        ``metric_value`` (None between validations; NaN never counts as best) is the value of ``metric``.
+        ``metric_value`` (None between validations; NaN never counts as best) is the value of ``metric``;
+        ``tie_break`` (lower is better, e.g. the validation loss) ranks checkpoints with equal values.
         """
         if metric_value is not None and self.metric is None:
             raise ValueError("metric_value given but the manager tracks no metric; pass metric='name' to it")
@@ -53,7 +56,8 @@ class CheckpointManager:
         path = save_checkpoint(self.dir / f"step-{step:06d}", **kwargs)
         value = None if metric_value is None or math.isnan(metric_value) else float(metric_value)
         entries = [e for e in self._entries(index) if e["step"] != step]
-        entries.append({"step": step, "name": path.name, "metric": value})
+        entries.append({"step": step, "name": path.name, "metric": value}
+                       | ({} if tie_break is None else {"tie_break": float(tie_break)}))
         best = self._best(entries)
         keep = [e for i, e in enumerate(entries) if i >= len(entries) - self.keep_last or e is best]
         self._write_index(keep, best)
@@ -76,8 +80,8 @@ class CheckpointManager:
         scored = [e for e in entries if e["metric"] is not None]
         if not scored:
             return None
-        pick = min if self.mode == "min" else max
-        return pick(scored, key=lambda e: e["metric"])  # ties: the earliest saved
+        sign = 1.0 if self.mode == "min" else -1.0  # the best is the smallest (sign * metric, tie_break)
+        return min(scored, key=lambda e: (sign * e["metric"], e.get("tie_break", math.inf)))  # then the earliest
 
     def _entries(self, index: dict) -> list[dict]:
         """Indexed checkpoints in save order; step directories missing from the index count as older."""

@@ -56,7 +56,7 @@ from seqmap.data.batching import (
     token_budget_batches,
 )
 from seqmap.data.images import random_shift
-from seqmap.data.pipeline import load_classification, load_images, load_lm, load_translation
+from seqmap.data.pipeline import load_classification, load_graph, load_images, load_lm, load_translation
 from seqmap.data.tokenizers import PAD
 from seqmap.models.builder import build_model
 from seqmap.training import distributed
@@ -67,6 +67,8 @@ from seqmap.training.loss import label_nll, label_smoothed_nll, output_nll
 from seqmap.training.runlog import RunLog
 from seqmap.training.schedule import make_schedule, set_lr
 from seqmap.training.validate import validate
+
+TIE_BREAK_BY_LOSS = ("accuracy", "macro_f1")  # early_stopping metrics whose equal values go to the lower loss
 
 
 class TrainingError(RuntimeError):
@@ -115,11 +117,17 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 def make_optimizer(model: nn.Module, t: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
     """``train.optimizer`` over ``param_groups``: AdamW (the fused kernel, one pass per tensor, on CPU and
-    CUDA) or plain SGD with optional momentum (the classic recipe for LSTM language models).
+    CUDA), plain SGD with optional momentum (the classic recipe for LSTM language models), or Adam with
+    L2 regularisation coupled into the gradient (``weight_decay * w`` added before the moments), on every
+    parameter, biases included: the GAT paper's optimiser (the authors' code adds ``weight_decay / 2 *
+    sum(w^2)`` over all variables to the loss).
 
     The default for-each-tensor AdamW runs about ten elementwise kernels per parameter
     tensor (exp_avg, exp_avg_sq, sqrt, division, ...), each a pass over memory.
     """
+    if t.optimizer == "adam":
+        return torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=t.lr, betas=tuple(t.betas),
+                                weight_decay=t.weight_decay)
     if t.optimizer == "sgd":
         return torch.optim.SGD(param_groups(model, t.weight_decay), lr=t.lr, momentum=t.momentum)
     return torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.lr, betas=tuple(t.betas),
@@ -341,7 +349,7 @@ class RunTrainer:
 
         # data: rank 0 trains the tokenizer and fills the cache, the others then read them
         load = {"lm": load_lm, "translation": load_translation, "classification": load_classification,
-                "image": load_images}[cfg.data.task]
+                "image": load_images, "graph": load_graph}[cfg.data.task]
         if not self.dist.is_main:
             distributed.barrier(self.dist)
         self.data = load(cfg.data, self.run_dir, self.log.info)
@@ -377,6 +385,8 @@ class RunTrainer:
     def _data_fields(self, cfg: RunConfig) -> dict:
         """The model options the data decides: vocabulary sizes, classes, the image shape and pixel statistics."""
         task, data = cfg.data.task, self.data
+        if task == "graph":  # no tokens: sizes from the graph
+            return dict(n_features=data.graph.num_features, n_classes=data.graph.num_classes)
         if task == "image":
             c, h, w = data.train.shape
             return dict(n_classes=len(data.labels), image_channels=c, image_height=h, image_width=w,
@@ -435,6 +445,15 @@ class RunTrainer:
             lambda epoch: fixed_size_batches(len(labels), t.batch_size, shuffle=True, seed=t.seed, epoch=epoch),
             make_batch)
 
+    def _graph_batches(self):
+        """The whole graph, scored on the training nodes, once per epoch (one step = one epoch)."""
+        max_epochs, batch = self.cfg.train.max_epochs, self.data.batch(self.data.graph.train_idx,
+                                                                       self.cfg.model.graph_attention)
+        while max_epochs <= 0 or self.state["data"]["epoch"] < max_epochs:
+            self.state["data"] = {"epoch": self.state["data"]["epoch"] + 1, "batch": 0}
+            self.state["epoch"] = self.state["data"]["epoch"]
+            yield batch
+
     def _lm_position(self) -> int:
         """Micro-batches read so far: stored in the checkpoint (a checkpoint from before that: from the step)."""
         return self.state.get("lm_read", self.state["step"] * self.cfg.train.accum_steps)
@@ -484,29 +503,79 @@ class RunTrainer:
 
     def run(self) -> dict:
         batches = {"lm": self._lm_batches, "translation": self._translation_batches,
-                   "classification": self._classification_batches, "image": self._image_batches}[self.cfg.data.task]()
-        return self.trainer.run(batches, validate=self._validate_and_save)
+                   "classification": self._classification_batches, "image": self._image_batches,
+                   "graph": self._graph_batches}[self.cfg.data.task]()
+        result = self.trainer.run(batches, validate=self._validate_and_save)
+        if self.dist.is_main and self._unsaved is not None:  # train.save_every skipped the last validation
+            self._save(*self._unsaved)
+        return result
+
+    _unsaved: tuple[float | None, float | None] | None = None  # the last validation's (early_stopping value,
+    #                                                              loss) when it was not saved
+
+    def _improves(self, metrics: dict) -> bool:
+        """Whether ``metrics`` beat the best validation so far by ``train.early_stopping`` (accuracy and
+        macro_f1: equal values go to the lower loss, as the checkpoint index ranks them)."""
+        t, s = self.cfg.train, self.state
+        value = metrics.get(t.early_stopping)
+        if value is None:
+            return False
+        if s["best"] is None:
+            return True
+        if t.early_stopping not in HIGHER_IS_BETTER:
+            return value < s["best"]
+        tie = metrics.get("loss") if t.early_stopping in TIE_BREAK_BY_LOSS else None
+        best_tie = s.get("best_tie")
+        return value > s["best"] or (value == s["best"] and tie is not None and best_tie is not None
+                                     and tie < best_tie)
+
+    def _patience_reset(self, metrics: dict, improved: bool) -> bool:
+        """Whether this validation restarts the ``train.patience`` count (see ``train.patience_metrics``)."""
+        names = self.cfg.train.patience_metrics
+        if not names:
+            return improved
+        records, reset = self.state.setdefault("records", {}), False
+        for name in names:
+            value, old = metrics[name], records.get(name)
+            if old is None or (value >= old if name in HIGHER_IS_BETTER else value <= old):
+                records[name], reset = value, True
+        return reset
 
     def _validate_and_save(self) -> Path | None:
-        """Validate, update the best value and patience, save a checkpoint; return it (main process only)."""
+        """Validate, update the best value and patience, save a checkpoint; return it (main process only).
+
+        With ``train.save_every`` = k > 1 (or 0) a checkpoint is written at every k-th validation (or none)
+        and whenever the validation improves; ``run()`` saves the last step if its validation was not saved.
+        """
         s, t, saved = self.state, self.cfg.train, None
         if self.dist.is_main:
             metrics = validate(self.model, self.data, self.cfg, self.device, self.log.info)
             self.log.metrics("valid", s["step"], **metrics, train_minutes=s["train_seconds"] / 60)
             value = metrics.get(t.early_stopping)
-            better = value is not None and (s["best"] is None or (
-                value > s["best"] if t.early_stopping in HIGHER_IS_BETTER else value < s["best"]))
+            better = self._improves(metrics)
             if better:
-                s["best"], s["bad_validations"] = value, 0
+                s["best"] = value
+                if t.early_stopping in TIE_BREAK_BY_LOSS:
+                    s["best_tie"] = metrics.get("loss")
+            s["bad_validations"] = 0 if self._patience_reset(metrics, better) else s["bad_validations"] + 1
+            s["validations"] = s.get("validations", 0) + 1
+            if better or (t.save_every > 0 and s["validations"] % t.save_every == 0):
+                saved = self._save(value, metrics.get("loss"))
             else:
-                s["bad_validations"] += 1
-            saved = self.checkpoints.save(s["step"], metric_value=value, model=self.model,
-                                          optimizer=self.trainer.optimizer, trainer_state=dict(s),
-                                          config=to_dict(self.cfg), tokenizer_dir=self.run_dir / "tokenizer")
+                self._unsaved = (value, metrics.get("loss"))
         s["bad_validations"] = int(distributed.all_reduce_sum(
             [float(s["bad_validations"]) if self.dist.is_main else 0.0], self.dist, self.device)[0])
         distributed.barrier(self.dist)
         return saved
+
+    def _save(self, value: float | None, loss: float | None = None) -> Path:
+        """A checkpoint of this step, ranked in the index by ``value`` (ties: by the lower ``loss``, see _improves)."""
+        self._unsaved = None
+        tie = loss if self.cfg.train.early_stopping in TIE_BREAK_BY_LOSS else None
+        tokenizer = self.run_dir / "tokenizer"
+        return self.checkpoints.save(self.state["step"], metric_value=value, tie_break=tie, model=self.model,
+                                     optimizer=self.trainer.optimizer, trainer_state=dict(self.state),
+                                     config=to_dict(self.cfg), tokenizer_dir=tokenizer if tokenizer.is_dir() else None)
 
     def close(self) -> None:
         self.log.close()

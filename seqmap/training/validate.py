@@ -102,6 +102,20 @@ def classification_scores(predicted: list[int], gold: list[int], nll_sum: float,
             "macro_f1": mt.macro_f1(predicted, gold, n_classes), "examples": len(gold)}
 
 
+@torch.no_grad()
+def graph_metrics(model, data, nodes, form: str, device) -> dict:
+    """``classification_scores`` of one forward pass over the whole graph (``GraphData``), on ``nodes`` (a split).
+
+    Returns the logits of every node too (``"logits"``, (N, C) on the CPU), for a confusion matrix or a plot.
+    """
+    batch = data.batch(nodes, form).to(device)
+    logits = model(batch.src, batch.src_mask)
+    nll_sum = label_nll(logits, batch.labels)[1].item()
+    predicted = logits[nodes.to(device)].argmax(-1).tolist()
+    gold = data.graph.labels[nodes].tolist()
+    return classification_scores(predicted, gold, nll_sum, data.graph.num_classes) | {"logits": logits.cpu()}
+
+
 def classification_metrics(model, rows, n_classes: int, max_tokens: int, device) -> dict:
     """``classification_scores`` of the model's predictions on (token ids, class id) rows."""
     predicted, nll_sum = classify_rows(model, rows, max_tokens, device)
@@ -114,9 +128,14 @@ def validate(model, data, cfg: RunConfig, device, log) -> dict:
     model.eval()
     try:
         if cfg.data.task in CLASSIFICATION_TASKS:
-            out = (image_metrics(model, data.valid.images, data.valid_ids, len(data.labels), cfg.train.batch_size,
-                                 device) if cfg.data.task == "image"
-                   else classification_metrics(model, data.valid, len(data.labels), cfg.train.max_tokens, device))
+            if cfg.data.task == "graph":
+                out = graph_metrics(model, data, data.graph.val_idx, cfg.model.graph_attention, device)
+                del out["logits"]
+            elif cfg.data.task == "image":
+                out = image_metrics(model, data.valid.images, data.valid_ids, len(data.labels), cfg.train.batch_size,
+                                    device)
+            else:
+                out = classification_metrics(model, data.valid, len(data.labels), cfg.train.max_tokens, device)
             log("validation: " + ", ".join(f"{k} {v:.4g}" for k, v in out.items()))
             return out
         if cfg.data.task == "lm":

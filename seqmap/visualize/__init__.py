@@ -6,6 +6,7 @@
     plot_positional(64, 100, "positions.png")                       # sinusoidal table and RoPE angles
     plot_confusion(matrix, class_names, "confusion.png")            # a classifier's gold x predicted counts
     plot_image_attention(load_run(vit_run), "digit.png", "a.png")   # ViT: attention rollout over the image
+    plot_node_attention(run, graph_data, 5, "node5.png")            # a GAT node's attention over its neighbours
 
 Every function builds a ``matplotlib.figure.Figure`` directly (no pyplot): no GUI
 backend is touched, no global figure is left open, and the figure is returned for
@@ -23,8 +24,9 @@ from seqmap.visualize.attention import plot_attention, plot_run_attention
 from seqmap.visualize.confusion import plot_confusion
 from seqmap.visualize.curves import plot_curves
 from seqmap.visualize.figures import FORMATS, figure_inches, save_figure
+from seqmap.visualize.graph_attention import plot_node_attention
 from seqmap.visualize.image_attention import plot_image_attention
 from seqmap.visualize.positional import plot_positional
 
 __all__ = ["FORMATS", "attention_rollout", "figure_inches", "plot_attention", "plot_confusion", "plot_curves",
-           "plot_image_attention", "plot_positional", "plot_run_attention", "save_figure"]
+           "plot_image_attention", "plot_node_attention", "plot_positional", "plot_run_attention", "save_figure"]

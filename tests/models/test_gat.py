@@ -34,7 +34,9 @@ def _model(**kw) -> GAT:
 
 def test_shapes_and_weights_per_layer():
     g = _graph()
-    logits, (w1, w2) = _model(out_heads=2).eval()(g.features, g.edge_index)
+    model = _model(out_heads=2).eval()
+    logits, (w1, w2) = model.attention(g.features, g.edge_index)
+    assert torch.equal(model(g.features, g.edge_index), logits)
     assert logits.shape == (N, C)
     assert w1.shape == (g.num_edges, 3) and w2.shape == (g.num_edges, 2)
 
@@ -46,8 +48,8 @@ def test_output_is_equivariant_to_permuting_node_ids():
     p = g.permuted(perm)
     assert not torch.equal(p.edge_index, g.edge_index)
     for form in (lambda graph: graph.edge_index, Graph.adjacency_mask):
-        out, _ = model(g.features, form(g))
-        out_p, _ = model(p.features, form(p))
+        out = model(g.features, form(g))
+        out_p = model(p.features, form(p))
         assert_close(out_p, out[perm], atol=1e-5, rtol=0)
     assert torch.equal(p.labels, g.labels[perm])
 
@@ -55,14 +57,14 @@ def test_output_is_equivariant_to_permuting_node_ids():
 def test_dense_and_sparse_forms_agree():
     g = _graph()
     model = _model().eval()
-    assert_close(model(g.features, g.adjacency_mask())[0], model(g.features, g.edge_index)[0],
+    assert_close(model(g.features, g.adjacency_mask()), model(g.features, g.edge_index),
                                atol=1e-5, rtol=1e-5)
 
 
 def test_every_parameter_gets_a_finite_gradient():
     g = _graph()
     model = _model()
-    logits, _ = model(g.features, g.edge_index)
+    logits = model(g.features, g.edge_index)
     F.cross_entropy(logits[g.train_idx], g.labels[g.train_idx]).backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
@@ -73,7 +75,7 @@ def test_overfits_a_tiny_graph():
     model = _model(dropout=0.0, attn_dropout=0.0)
     params = list(model.parameters())
     for _ in range(100):  # plain gradient descent: torch.optim's first optimizer imports torch._dynamo (3-7 s)
-        logits, _ = model(g.features, g.edge_index)
+        logits = model(g.features, g.edge_index)
         loss = F.cross_entropy(logits, g.labels)
         with torch.no_grad():
             for p, grad in zip(params, torch.autograd.grad(loss, params), strict=True):

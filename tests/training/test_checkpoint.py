@@ -271,3 +271,17 @@ def test_average_mismatch_is_named(tmp_path):
     save_checkpoint(tmp_path / "c", model=nn.Linear(D, D), trainer_state={}, config={})
     with pytest.raises(CheckpointError, match=r"'bias'"):
         average_checkpoints([tmp_path / "a", tmp_path / "c"])
+
+
+@pytest.mark.parametrize(("mode", "values", "ties", "best_step"), [
+    ("max", [80.0, 82.0, 82.0, 81.0], [0.9, 0.8, 0.7, 0.1], 3),  # equal accuracy: the lower loss wins
+    ("max", [80.0, 82.0, 82.0, 81.0], [0.9, 0.7, 0.8, 0.1], 2),
+    ("max", [80.0, 82.0, 82.0, 81.0], [0.9, 0.8, 0.8, 0.1], 2),  # equal in both: the earliest
+    ("min", [1.0, 0.5, 0.5, 0.7], [0.0, 2.0, 1.0, 0.0], 3),
+])
+def test_manager_breaks_ties_by_the_lower_tie_break(tmp_path, mode, values, ties, best_step):
+    manager = CheckpointManager(tmp_path, keep_last=1, metric="accuracy", mode=mode)
+    for step, (value, tie) in enumerate(zip(values, ties, strict=True), start=1):
+        manager.save(step, model=Tiny(), trainer_state={"step": step}, config=CONFIG, metric_value=value,
+                     tie_break=tie)
+    assert manager.best() == tmp_path / "checkpoints" / f"step-{best_step:06d}"

@@ -3,12 +3,13 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from seqmap.config import ModelConfig, TrainConfig
 from seqmap.data.batching import NOT_SCORED, collate_labels
 from seqmap.models.builder import build_classifier
 from seqmap.training.loss import label_nll
-from seqmap.training.trainer import Trainer
+from seqmap.training.trainer import Trainer, make_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -60,3 +61,25 @@ def test_the_one_trainer_trains_a_classifier_on_label_batches():
     model.eval()
     every = collate_labels(examples)
     assert torch.equal(model(every.src, every.src_mask).argmax(-1), every.labels)
+
+
+def test_adam_is_l2_coupled_into_the_gradient_on_every_parameter():
+    """train.optimizer=adam: torch's Adam over every parameter with weight_decay (the GAT paper's L2);
+    adamw keeps biases out of the decay and decouples it."""
+    def one_step(optimizer_name: str) -> nn.Linear:
+        torch.manual_seed(0)
+        layer = nn.Linear(3, 2)
+        opt = make_optimizer(layer, TrainConfig(optimizer=optimizer_name, lr=0.1, weight_decay=0.5,
+                                                betas=[0.9, 0.999]), torch.device("cpu"))
+        (0.0 * layer(torch.ones(1, 3)).sum()).backward()  # zero gradients: only the decay moves the weights
+        opt.step()
+        return layer
+
+    torch.manual_seed(0)
+    start = nn.Linear(3, 2)
+    adam, adamw = one_step("adam"), one_step("adamw")
+    assert isinstance(make_optimizer(adam, TrainConfig(optimizer="adam"), torch.device("cpu")), torch.optim.Adam)
+    # coupled L2: the gradient is 0.5 * w, so Adam's first step moves every entry by lr * sign(w)
+    for before, after in ((start.weight, adam.weight), (start.bias, adam.bias)):
+        assert torch.allclose(after, before - 0.1 * before.sign(), atol=1e-6)
+    assert torch.equal(adamw.bias, start.bias) and not torch.equal(adamw.weight, start.weight)
