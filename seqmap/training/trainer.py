@@ -510,8 +510,7 @@ class RunTrainer:
             self._save(*self._unsaved)
         return result
 
-    _unsaved: tuple[float | None, float | None] | None = None  # the last validation's (early_stopping value,
-    #                                                              loss) when it was not saved
+    _unsaved: tuple[float | None, float | None] | None = None  # (early_stopping value, loss) of an unsaved validation
 
     def _improves(self, metrics: dict) -> bool:
         """Whether ``metrics`` beat the best validation so far by ``train.early_stopping`` (accuracy and
@@ -536,7 +535,9 @@ class RunTrainer:
             return improved
         records, reset = self.state.setdefault("records", {}), False
         for name in names:
-            value, old = metrics[name], records.get(name)
+            value, old = metrics.get(name), records.get(name)  # a metric this validation did not measure: skipped
+            if value is None:
+                continue
             if old is None or (value >= old if name in HIGHER_IS_BETTER else value <= old):
                 records[name], reset = value, True
         return reset
