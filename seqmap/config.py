@@ -19,6 +19,7 @@ import yaml
 
 from seqmap.data.lexicon import LEXICONS
 from seqmap.data.normalize import OPENCC_CONVERSIONS
+from seqmap.nn.layers import ACTIVATIONS
 from seqmap.nn.positional import POSITIONAL_KINDS, SINUSOIDAL_LAYOUTS
 
 
@@ -61,7 +62,7 @@ class ModelConfig:
     ff_dropout: float | None = None  # dropout inside the feed-forward, after the activation: None = model.dropout
     norm_position: str = "pre"  # pre (x + f(norm(x))) | post (norm(x + f(x)))
     norm: str = "layernorm"  # layernorm | rmsnorm
-    activation: str = "relu"  # feed-forward non-linearity: relu | gelu | swiglu
+    activation: str = "relu"  # feed-forward non-linearity: relu | gelu | gelu_tanh (GPT-2's approximation) | swiglu
     positional: str = "sinusoidal"  # sinusoidal | learned | relative | t5 | rope | alibi | none
     max_len: int = 1024  # longest sequence for learned positions (others extrapolate)
     sinusoidal_layout: str = "interleaved"  # sinusoidal: interleaved (sin, cos pairs) | split (sines, then cosines)
@@ -104,7 +105,7 @@ class ModelConfig:
         _choice(s, "pooling", self.pooling, ("cls", "mean"))
         _choice(s, "norm_position", self.norm_position, ("pre", "post"))
         _choice(s, "norm", self.norm, ("layernorm", "rmsnorm"))
-        _choice(s, "activation", self.activation, ("relu", "gelu", "swiglu"))
+        _choice(s, "activation", self.activation, ACTIVATIONS)
         _choice(s, "positional", self.positional, POSITIONAL_KINDS)
         _choice(s, "sinusoidal_layout", self.sinusoidal_layout, SINUSOIDAL_LAYOUTS)
         _choice(s, "rnn_cell", self.rnn_cell, ("rnn", "lstm", "gru"))

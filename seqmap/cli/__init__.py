@@ -27,14 +27,14 @@ import argparse
 import sys
 
 import seqmap
-from seqmap.cli import average, classify, data, evaluate, generate, plot, toy, train, translate
+from seqmap.cli import average, classify, data, evaluate, generate, hub, plot, toy, train, translate
 from seqmap.cli.common import USAGE_ERROR, UserError
 from seqmap.config import ConfigError
 
 __all__ = ["USAGE_ERROR", "UserError", "build_parser", "main"]
 
 # in the order `seqmap --help` lists them
-VERBS = (train, translate, evaluate, generate, classify, average, data, plot, toy)
+VERBS = (train, translate, evaluate, generate, classify, average, data, hub, plot, toy)
 
 
 def build_parser() -> argparse.ArgumentParser:

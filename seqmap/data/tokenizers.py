@@ -72,6 +72,7 @@ __all__ = [
 ]
 
 TOKENIZER_KINDS = ("char", "word", "bpe", "unigram")
+LOADED_ONLY = "hf"  # a pretrained Hugging Face tokenizer (seqmap.data.hf_tokenizer): imported, never trained here
 
 
 class _VocabTokenizer(Tokenizer):
@@ -207,6 +208,10 @@ def _tokenizer_class(kind: str) -> Any:
         return CharTokenizer
     if kind == "word":
         return WordTokenizer
+    if kind == LOADED_ONLY:
+        from seqmap.data.hf_tokenizer import HFTokenizer
+
+        return HFTokenizer
     return SentencePieceTokenizer
 
 
@@ -298,7 +303,8 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
                              f"reads ({FORMAT_VERSION}); upgrade seqmap")
     kind = manifest["kind"]
     try:
-        _check_kind(kind)
+        if kind != LOADED_ONLY:
+            _check_kind(kind)
     except TokenizerError as err:
         raise TokenizerError(f"{manifest_path}: {err}") from None
     tokenizer = _tokenizer_class(kind)._from_files(manifest_path.parent, manifest)

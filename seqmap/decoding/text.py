@@ -227,6 +227,8 @@ def lm_prompt(tok: Tokenizer, text: str) -> list[int]:
     """
     if tok.kind == "char":
         return tok.encode(text) or tok.encode("\n")
+    if hasattr(tok, "lm_prompt_ids"):  # a pretrained tokenizer knows how its model's prompts start
+        return tok.lm_prompt_ids(text)
     return [EOS, *tok.encode(text)]
 
 

@@ -52,6 +52,9 @@ def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:
     raise ValueError(f"unknown norm {kind!r}; choose layernorm or rmsnorm")
 
 
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")  # gelu_tanh: GELU's tanh approximation (GPT-2, BERT)
+
+
 class FeedForward(nn.Module):
     """Position-wise feed-forward: D -> F -> D.
 
@@ -62,8 +65,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0):
         super().__init__()
-        if activation not in ("relu", "gelu", "swiglu"):
-            raise ValueError(f"unknown activation {activation!r}; choose relu, gelu or swiglu")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; choose {', '.join(ACTIVATIONS)}")
         self.activation = activation
         self.w1 = nn.Linear(d_model, 2 * d_ff if activation == "swiglu" else d_ff)
         self.w2 = nn.Linear(d_ff, d_model)
@@ -75,7 +78,8 @@ class FeedForward(nn.Module):
             gate, up = h.chunk(2, dim=-1)
             h = F.silu(gate) * up
         else:
-            h = F.relu(h) if self.activation == "relu" else F.gelu(h)
+            h = (F.relu(h) if self.activation == "relu"
+                 else F.gelu(h, approximate="tanh" if self.activation == "gelu_tanh" else "none"))
         return self.w2(self.dropout(h))
 
 

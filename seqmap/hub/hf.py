@@ -1,0 +1,213 @@
+"""Import a ``transformers`` checkpoint (a ``save_pretrained`` directory) as an ordinary seqmap run directory.
+
+    RUN_DIR/config.yaml, RUN_DIR/tokenizer/ (kind hf: the model's tokenizer.json behind seqmap's ids),
+    RUN_DIR/checkpoints/step-000000/ (model.safetensors, config, tokenizer): every verb opens it like a trained run.
+
+Architectures, each mapped onto one of seqmap's own families (the options the mapping needs are
+ordinary config options with their own tests):
+
+* ``GPT2LMHeadModel`` -> ``family: lm``: learned positions, pre-LN, ``activation: gelu_tanh``, no
+  embedding scaling, the output layer tied to the embedding. GPT-2's ``Conv1D`` layers store their
+  weights transposed ((in, out)); its ``c_attn`` holds query, key and value side by side, as seqmap's
+  fused ``in_proj`` does.
+
+The vocabulary is re-ordered so the model's special tokens take seqmap's reserved ids (see
+``seqmap.data.hf_tokenizer``); embedding rows move with the same map. Weights are read from
+``model.safetensors`` only (no pickle). Every problem is one line naming the file or the field.
+Not yet: MarianMT, BERT, ViT, export (issue 15).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from seqmap.config import DataConfig, ModelConfig, RunConfig, TrainConfig, save_config, to_dict
+from seqmap.data.hf_tokenizer import HFTokenizer
+from seqmap.models.builder import build_model
+from seqmap.training.checkpoint_manager import CheckpointManager
+
+
+class HubError(ValueError):
+    """A pretrained checkpoint cannot be imported; the message names the file or field and the fix."""
+
+
+SUPPORTED = {"gpt2": "GPT2LMHeadModel"}
+NOT_YET = {"marian": "MarianMTModel", "bert": "BertModel / BertForSequenceClassification",
+           "vit": "ViTForImageClassification"}
+
+
+def resolve_source(source: str | os.PathLike) -> Path:
+    """A local ``save_pretrained`` directory, or a Hub name fetched with ``huggingface_hub`` (one line when offline)."""
+    path = Path(source)
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise HubError(f"{path} is a file; give the directory that save_pretrained wrote (config.json, "
+                       "model.safetensors, tokenizer.json)")
+    if str(source).count("/") > 1 or str(source).startswith((".", "~")):
+        raise HubError(f"{source}: no such directory")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise HubError(f"{source} is not a local directory, and fetching it from the Hugging Face Hub needs "
+                       "huggingface_hub: pip install -e \".[hf]\"") from None
+    try:
+        return Path(snapshot_download(str(source), allow_patterns=["*.json", "*.safetensors", "*.model",
+                                                                   "*.spm", "*.txt"]))
+    except Exception as e:  # offline, unknown repository, gated model: huggingface_hub's own error types
+        raise HubError(f"cannot fetch {source} from the Hugging Face Hub ({type(e).__name__}: "
+                       f"{' '.join(str(e).split())[:200]}); on a machine without Hub access, download it "
+                       "elsewhere and pass the local directory") from None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise HubError(f"{path} is missing; a save_pretrained directory holds it")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise HubError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise HubError(f"{path} must hold a JSON object")
+    return data
+
+
+def read_weights(directory: Path) -> dict[str, Tensor]:
+    """``model.safetensors`` (sharded ones too); a checkpoint saved only as a pickle is refused in one line."""
+    from safetensors.torch import load_file
+
+    single = directory / "model.safetensors"
+    index = directory / "model.safetensors.index.json"
+    if single.is_file():
+        return load_file(str(single))
+    if index.is_file():
+        shards = sorted(set(_read_json(index).get("weight_map", {}).values()))
+        weights: dict[str, Tensor] = {}
+        for shard in shards:
+            weights.update(load_file(str(directory / shard)))
+        return weights
+    if (directory / "pytorch_model.bin").is_file():
+        raise HubError(f"{directory} holds pytorch_model.bin (a pickle), which seqmap does not load; save it "
+                       "again with save_pretrained(dir, safe_serialization=True) to get model.safetensors")
+    raise HubError(f"{directory} has no model.safetensors; give the directory that save_pretrained wrote")
+
+
+def _take(weights: dict[str, Tensor], name: str, shape: tuple[int, ...] | None, where: Path) -> Tensor:
+    for key in (name, f"transformer.{name}"):
+        if key in weights:
+            t = weights[key]
+            if shape is not None and tuple(t.shape) != shape:
+                raise HubError(f"{where}: {key} has shape {tuple(t.shape)}, but config.json implies {shape}")
+            return t.to(torch.float32)
+    raise HubError(f"{where}: the weight {name} is missing (is config.json from the same model?)")
+
+
+def _rows(table: Tensor, hf_ids: list[int | None]) -> Tensor:
+    """Rows of ``table`` (V_hf, D) in seqmap's id order; zero rows for reserved ids no hf token plays."""
+    out = table.new_zeros(len(hf_ids), table.size(1))
+    for i, hf in enumerate(hf_ids):
+        if hf is not None:
+            out[i] = table[hf]
+    return out
+
+
+# -- GPT-2 ---------------------------------------------------------------------------------------------
+
+
+def _gpt2_tokenizer(source: Path, config: dict[str, Any]) -> HFTokenizer:
+    eos = config.get("eos_token_id")
+    if not isinstance(eos, int):
+        raise HubError(f"{source / 'config.json'}: eos_token_id must be an integer id")
+    roles = {"eos": eos}
+    bos = config.get("bos_token_id")
+    if isinstance(bos, int) and bos != eos:
+        roles["bos"] = bos
+    tok = HFTokenizer.from_file(source / "tokenizer.json", roles, prompt="text")
+    if tok.hf_vocab != config["vocab_size"]:
+        raise HubError(f"{source / 'tokenizer.json'} has {tok.hf_vocab} tokens but config.json's vocab_size is "
+                       f"{config['vocab_size']}: the tokenizer does not belong to this model")
+    return tok
+
+
+def _gpt2(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, Tensor], HFTokenizer]:
+    where = source / "config.json"
+    for key in ("n_embd", "n_head", "n_layer", "n_positions", "vocab_size"):
+        if not isinstance(config.get(key), int) or config[key] <= 0:
+            raise HubError(f"{where}: {key} must be a positive integer, got {config.get(key)!r}")
+    act = config.get("activation_function", "gelu_new")
+    activation = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}.get(act)
+    if activation is None:
+        raise HubError(f"{where}: activation_function {act!r} has no seqmap equivalent "
+                       "(gelu_new, gelu_pytorch_tanh, gelu, relu)")
+    if abs(config.get("layer_norm_epsilon", 1e-5) - 1e-5) > 1e-12:
+        raise HubError(f"{where}: layer_norm_epsilon {config['layer_norm_epsilon']} differs from seqmap's 1e-5")
+    if config.get("scale_attn_by_inverse_layer_idx") or config.get("reorder_and_upcast_attn"):
+        raise HubError(f"{where}: scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn are not supported")
+    tok = _gpt2_tokenizer(source, config)
+    d, layers, v = config["n_embd"], config["n_layer"], config["vocab_size"]
+    d_ff = config.get("n_inner") or 4 * d
+    model_cfg = ModelConfig(family="lm", tgt_vocab=tok.vocab_size, d_model=d, n_heads=config["n_head"], d_ff=d_ff,
+                            dec_layers=layers, dropout=0.0, activation=activation, positional="learned",
+                            max_len=config["n_positions"], norm_position="pre", scale_embeddings=False,
+                            tie_embeddings=True)
+    w = read_weights(source)
+    hf_ids = tok.hf_ids()
+    out = {"embedding.table.weight": _rows(_take(w, "wte.weight", (v, d), source), hf_ids),
+           "positional.table.weight": _take(w, "wpe.weight", (config["n_positions"], d), source),
+           "final_norm.weight": _take(w, "ln_f.weight", (d,), source),
+           "final_norm.bias": _take(w, "ln_f.bias", (d,), source)}
+    out["output.weight"] = out["embedding.table.weight"]
+    for i in range(layers):
+        h, p = f"h.{i}", f"layers.{i}"
+        out[f"{p}.self_attn.in_proj.weight"] = _take(w, f"{h}.attn.c_attn.weight", (d, 3 * d), source).t()
+        out[f"{p}.self_attn.in_proj.bias"] = _take(w, f"{h}.attn.c_attn.bias", (3 * d,), source)
+        out[f"{p}.self_attn.out_proj.weight"] = _take(w, f"{h}.attn.c_proj.weight", (d, d), source).t()
+        out[f"{p}.self_attn.out_proj.bias"] = _take(w, f"{h}.attn.c_proj.bias", (d,), source)
+        out[f"{p}.ff.w1.weight"] = _take(w, f"{h}.mlp.c_fc.weight", (d, d_ff), source).t()
+        out[f"{p}.ff.w1.bias"] = _take(w, f"{h}.mlp.c_fc.bias", (d_ff,), source)
+        out[f"{p}.ff.w2.weight"] = _take(w, f"{h}.mlp.c_proj.weight", (d_ff, d), source).t()
+        out[f"{p}.ff.w2.bias"] = _take(w, f"{h}.mlp.c_proj.bias", (d,), source)
+        for n in (1, 2):
+            for part in ("weight", "bias"):
+                out[f"{p}.norm{n}.{part}"] = _take(w, f"{h}.ln_{n}.{part}", (d,), source)
+    data = DataConfig(task="lm", tokenizer="bpe", vocab_size=tok.vocab_size, context=config["n_positions"])
+    cfg = RunConfig(model=model_cfg, data=data, train=TrainConfig(max_steps=1, warmup=0, lr=5e-5))
+    return cfg, out, tok
+
+
+def import_hf(source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Convert the pretrained model in ``source`` into a seqmap run directory ``out_dir``; returns its checkpoint."""
+    directory = resolve_source(source)
+    config = _read_json(directory / "config.json")
+    model_type = config.get("model_type")
+    if model_type in NOT_YET:
+        raise HubError(f"{directory / 'config.json'}: {NOT_YET[model_type]} ({model_type}) is not importable yet; "
+                       f"seqmap imports {', '.join(SUPPORTED.values())} so far")
+    if model_type not in SUPPORTED:
+        raise HubError(f"{directory / 'config.json'}: model_type {model_type!r} is not supported; seqmap imports "
+                       f"{', '.join(f'{v} ({k})' for k, v in SUPPORTED.items())}")
+    cfg, weights, tok = _gpt2(directory, config)
+    model = build_model(cfg.model)
+    state = model.state_dict()
+    missing = sorted(set(state) - set(weights))
+    if missing:
+        raise HubError(f"{directory}: no weights for {', '.join(missing[:3])} (an architecture option seqmap does "
+                       "not map)")
+    with torch.no_grad():
+        for name, tensor in state.items():
+            tensor.copy_(weights[name])
+    out = Path(out_dir)
+    if (out / "checkpoints").exists():
+        raise HubError(f"{out} already holds checkpoints; choose another --out directory")
+    tok_dir = out / "tokenizer"
+    tok.save(tok_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "config.yaml")
+    return CheckpointManager(out).save(0, model=model, trainer_state={"step": 0, "imported_from": str(source)},
+                                       config=to_dict(cfg), tokenizer_dir=tok_dir)

@@ -1,0 +1,126 @@
+"""A tiny random GPT-2 saved by ``transformers`` imports with one call and generates exactly as it does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="the hf extra is not installed: pip install -e \".[hf]\"")
+tokenizers = pytest.importorskip("tokenizers", reason="the hf extra is not installed: pip install -e \".[hf]\"")
+
+from seqmap.config import DecodeConfig  # noqa: E402
+from seqmap.decoding.text import generate_nbest, lm_prompt  # noqa: E402
+from seqmap.hub import HubError, import_hf  # noqa: E402
+from seqmap.runs import load_run  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+TEXT = ("the cat sat on the mat. the dog sat on the log. a cat and a dog met on a mat by the log.\n" * 20)
+
+
+def tiny_gpt2(directory, seed: int = 0):
+    """A byte-level BPE trained on a few lines, and a random 2-layer GPT-2 over it, saved as transformers saves."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(TEXT.splitlines(), trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    eos = tok.token_to_id("<|endoftext|>")
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
+                                                bos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    torch.manual_seed(seed)
+    config = transformers.GPT2Config(vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4,
+                                     n_positions=64, bos_token_id=eos, eos_token_id=eos,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():  # a random model's logits are nearly flat; sharpen them so generation is not a coin toss
+        model.transformer.wte.weight.mul_(8.0)
+    model.save_pretrained(directory)
+    fast.save_pretrained(directory)
+    return model, fast
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpt2")
+    hf, fast = tiny_gpt2(root / "hf")
+    import_hf(root / "hf", root / "run")
+    return hf, fast, load_run(root / "run")
+
+
+def test_logits_agree(imported):
+    hf, fast, run = imported
+    text = "the cat sat on the log"
+    hf_ids = fast(text)["input_ids"]
+    ids = run.tgt_tok.encode(text)
+    assert [run.tgt_tok.to_hf(i) for i in ids] == hf_ids
+    with torch.no_grad():
+        theirs = hf(torch.tensor([hf_ids])).logits[0]  # (T, V_hf)
+        mem = run.model(None, None, torch.tensor([ids]))  # (1, T, V)
+    hf_of = run.tgt_tok.hf_ids()
+    keep = [i for i, h in enumerate(hf_of) if h is not None]
+    torch.testing.assert_close(mem[0][:, keep], theirs[:, [hf_of[i] for i in keep]], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_generation_is_the_same_as_transformers(imported, beam):
+    hf, fast, run = imported
+    for prompt in ["the cat", "a dog met", "on the mat. the"]:
+        hf_ids = fast(prompt)["input_ids"]
+        with torch.no_grad():
+            out = hf.generate(torch.tensor([hf_ids]), attention_mask=torch.ones(1, len(hf_ids), dtype=torch.long),
+                              do_sample=False, num_beams=beam, max_new_tokens=12, length_penalty=1.0,
+                              pad_token_id=fast.eos_token_id)[0, len(hf_ids):].tolist()
+        ours = generate_nbest(run.model, [lm_prompt(run.tgt_tok, prompt)],
+                              DecodeConfig(beam_size=beam, max_new_tokens=12, length_penalty=1.0), sample=False)
+        hyp = [run.tgt_tok.to_hf(i) for i in ours[0][0].output]
+        theirs = [t for t in out if t != fast.eos_token_id]
+        assert hyp == theirs[:len(hyp)] and len(hyp) == len(theirs), (prompt, hyp, out)
+
+
+def test_tokenizer_round_trip_and_specials(imported):
+    _, fast, run = imported
+    tok = run.tgt_tok
+    assert tok.kind == "hf" and tok.to_seqmap(fast.eos_token_id) == 2  # <|endoftext|> is seqmap's EOS
+    for text in ["the cat sat", "a dog, met!", "zebra"]:
+        assert tok.decode(tok.encode(text)) == fast.decode(fast(text)["input_ids"]) == text
+    assert all(tok.to_seqmap(tok.to_hf(i)) == i for i in range(4, tok.vocab_size))
+
+
+def test_bad_sources_are_one_line(tmp_path, imported):
+    with pytest.raises(HubError, match="no such directory"):
+        import_hf(tmp_path / "none" / "x" / "y", tmp_path / "out")
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(HubError, match="model_type 'llama' is not supported"):
+        import_hf(tmp_path / "m", tmp_path / "out")
+    (tmp_path / "m" / "config.json").write_text('{"model_type": "marian"}')
+    with pytest.raises(HubError, match="MarianMTModel .* is not importable yet"):
+        import_hf(tmp_path / "m", tmp_path / "out")
+
+
+def test_the_command_line_imports_and_generates(tmp_path, capsys):
+    from seqmap.cli import main
+
+    tiny_gpt2(tmp_path / "hf", seed=1)
+    assert main(["import", "hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run")]) == 0
+    assert "imported" in capsys.readouterr().out
+    assert main(["generate", str(tmp_path / "run"), "--prompt", "the cat", "--greedy"]) == 0
+    assert capsys.readouterr().out.startswith("the cat")
+    assert main(["import", "hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run")]) == 2
+    assert "already holds checkpoints" in capsys.readouterr().err
+    (tmp_path / "hf" / "model.safetensors").unlink()
+    assert main(["import", "hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run2")]) == 2
+    assert "has no model.safetensors" in capsys.readouterr().err
+
+
+def test_a_tokenizer_of_another_model_is_one_line(tmp_path):
+    import json
+
+    tiny_gpt2(tmp_path / "hf", seed=2)
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    config["vocab_size"] += 1
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(HubError, match="the tokenizer does not belong to this model"):
+        import_hf(tmp_path / "hf", tmp_path / "run")
