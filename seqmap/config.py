@@ -401,6 +401,28 @@ def load_config(path, overrides: list[str] | None = None) -> RunConfig:
     return from_dict(RunConfig, read_yaml(path, overrides))
 
 
+INIT_MODEL_OPTIONS = ("dropout", "attention_dropout", "ff_dropout")  # what a config may change of an --init model
+
+
+def load_config_from_init(path, overrides: list[str] | None, init_model: ModelConfig) -> RunConfig:
+    """CONFIG's data, train and decode sections with the model of the run it starts from (``seqmap train --init``).
+
+    The architecture is the initial run's; the config may set only its dropout options (``INIT_MODEL_OPTIONS``).
+    """
+    raw = read_yaml(path, overrides)
+    model = raw.get("model") or {}
+    if not isinstance(model, dict):
+        raise ConfigError(f"model must be a mapping of options, got {type(model).__name__}")
+    base = to_dict(init_model)
+    for key in sorted(set(model) - set(INIT_MODEL_OPTIONS)):
+        if key in base and getattr(from_dict(ModelConfig, {**base, key: model[key]}, "model"), key) == base[key]:
+            continue  # the same value as the initial model (e.g. the config it was trained with)
+        raise ConfigError(f"with --init the model is the initial run's; remove model.{key} from the config "
+                          f"(it may change only {', '.join(f'model.{k}' for k in INIT_MODEL_OPTIONS)})")
+    raw["model"] = {**base, **model}
+    return from_dict(RunConfig, raw)
+
+
 def save_config(cfg, path) -> None:
     Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True), encoding="utf-8")
 

@@ -7,7 +7,21 @@ import json
 from pathlib import Path
 
 from seqmap.cli.common import UserError, threads
-from seqmap.config import load_config
+from seqmap.config import load_config, load_config_from_init
+
+
+def _init_checkpoint(path: str):
+    from seqmap.runs import find_checkpoint
+
+    return find_checkpoint(path, "best")
+
+
+def init_model(checkpoint):
+    """The model config of the checkpoint ``--init`` names."""
+    from seqmap.config import ModelConfig, from_dict
+    from seqmap.training.checkpoint import read_config
+
+    return from_dict(ModelConfig, read_config(checkpoint).get("model"), "model")
 
 
 def add_parser(commands) -> None:
@@ -19,10 +33,14 @@ def add_parser(commands) -> None:
                     "Override any config key with --section.key VALUE.",
         epilog="examples:\n  seqmap train configs/tatoeba_en_zh.yaml --run-dir runs/en-zh --train.max_steps 2000\n"
                "  seqmap train --resume runs/en-zh\n"
+               "  seqmap train configs/my_pairs.yaml --init runs/opus-en-zh --run-dir runs/my-en-zh\n"
                "  torchrun --nproc_per_node 2 -m seqmap train CONFIG   (several processes / GPUs)")
     train.add_argument("config", nargs="?", help="YAML run config")
     train.add_argument("--run-dir", help="where the run is written (default: runs/CONFIG_NAME)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    train.add_argument("--init", metavar="RUN_DIR", help="fine-tune: start from this run's weights and tokenizer "
+                                                         "(trained or imported; its best checkpoint, or a checkpoint "
+                                                         "directory), with CONFIG's data and schedule")
     train.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     train.set_defaults(handler=cmd_train)
 
@@ -42,9 +60,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         if args.config is None:
             raise UserError("give a CONFIG file to train, or --resume RUN_DIR to continue a run")
-        cfg = load_config(args.config, args.overrides)
+        if args.init:
+            init = _init_checkpoint(args.init)
+            cfg = load_config_from_init(args.config, args.overrides, init_model(init))
+        else:
+            cfg = load_config(args.config, args.overrides)
         run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / Path(args.config).stem
-    result = train(cfg, run_dir, resume=bool(args.resume), test=evaluate_test_split)
+    if args.init and args.resume:
+        raise UserError("--init starts a new run from another run's weights; --resume continues a run: give one")
+    result = train(cfg, run_dir, resume=bool(args.resume), test=evaluate_test_split,
+                   init=_init_checkpoint(args.init) if args.init else None)
     test = result.get("test")
     summary = {"run_dir": str(run_dir), "steps": result["step"], "best": result["best"],
                "train_minutes": round(result["train_seconds"] / 60, 2), "stop": result["stop_reason"]}

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -62,6 +63,7 @@ from seqmap.models.builder import build_model
 from seqmap.training import distributed
 from seqmap.training.carry import CarriedState
 from seqmap.training.checkpoint import load_checkpoint
+from seqmap.training.checkpoint_files import TOKENIZER_DIR
 from seqmap.training.checkpoint_manager import CheckpointManager
 from seqmap.training.loss import label_nll, label_smoothed_nll, output_nll
 from seqmap.training.runlog import RunLog
@@ -331,7 +333,8 @@ class Trainer:
 class RunTrainer:
     """One config on real text: data, model and ``Trainer`` set up, a run directory written; ``run()`` trains."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, *, resume: bool = False, stream=None):
+    def __init__(self, cfg: RunConfig, run_dir: Path, *, resume: bool = False, stream=None,
+                 init: Path | None = None):
         self.run_dir = Path(run_dir)
         self.device = resolve_device(cfg.train.device)
         self.dist = distributed.setup(self.device)
@@ -346,8 +349,11 @@ class RunTrainer:
             raise TrainingError(f"--resume: no checkpoint in {self.run_dir / 'checkpoints'} to resume from")
         self.log = RunLog(self.run_dir, enabled=self.dist.is_main, stream=stream)
         seed_everything(cfg.train.seed)
+        init = None if resume else init  # a resumed run continues from its own checkpoint
+        if init is not None and self.dist.is_main:
+            _copy_tokenizer(Path(init), self.run_dir / TOKENIZER_DIR)
 
-        # data: rank 0 trains the tokenizer and fills the cache, the others then read them
+        # data: rank 0 trains the tokenizer (or keeps the --init run's) and fills the cache, the others then read them
         load = {"lm": load_lm, "translation": load_translation, "classification": load_classification,
                 "image": load_images, "graph": load_graph}[cfg.data.task]
         if not self.dist.is_main:
@@ -355,13 +361,25 @@ class RunTrainer:
         self.data = load(cfg.data, self.run_dir, self.log.info)
         if self.dist.is_main:
             distributed.barrier(self.dist)
-        model_cfg = dataclasses.replace(cfg.model, **self._data_fields(cfg))
+        fields = self._data_fields(cfg)
+        if init is not None:  # the model is the initial run's: the data must fit it, not resize it
+            differ = {k: v for k, v in fields.items() if k not in ("pixel_mean", "pixel_std")
+                      and getattr(cfg.model, k) != v}
+            if differ:
+                name, value = next(iter(differ.items()))
+                raise TrainingError(f"--init {init}: the data gives model.{name}={value}, but the initial model has "
+                                    f"{getattr(cfg.model, name)}; train on data of the same kind")
+            fields = {}
+        model_cfg = dataclasses.replace(cfg.model, **fields)
         self.cfg = dataclasses.replace(cfg, model=model_cfg)
         if self.dist.is_main:
             save_config(self.cfg, self.run_dir / "config.yaml")
 
         seed_everything(cfg.train.seed)  # identical initial weights on every rank
         self.model = build_model(self.cfg.model).to(self.device)
+        if init is not None:
+            load_checkpoint(Path(init), model=self.model)
+            self.log.info(f"initialised from {init} (its weights; optimiser, schedule and data start afresh)")
         if cfg.train.stateful and (cfg.data.task != "lm" or cfg.model.family != "rnn_lm"):
             raise TrainingError("train.stateful=true carries a recurrent state across batches: it needs "
                                 "data.task=lm and model.family=rnn_lm")
@@ -583,14 +601,29 @@ class RunTrainer:
         distributed.teardown(self.dist)
 
 
+def _copy_tokenizer(checkpoint: Path, dest: Path) -> None:
+    """The initial run's tokenizer (and class list) into the new run, so its ids keep their meaning."""
+    source = checkpoint / TOKENIZER_DIR
+    if not source.is_dir():
+        source = checkpoint.parent.parent / TOKENIZER_DIR
+    if not source.is_dir():
+        return  # a run without a tokenizer (graphs)
+    if dest.exists():
+        raise TrainingError(f"{dest} already exists; --init starts a new run: choose a new --run-dir")
+    shutil.copytree(source, dest)
+
+
 def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, stream=None,
-          test: Callable[[RunTrainer], dict | None] | None = None) -> dict:
+          test: Callable[[RunTrainer], dict | None] | None = None, init: str | Path | None = None) -> dict:
     """Train ``cfg`` into ``run_dir`` (or continue the run there with ``resume=True``).
+
+    ``init``: a checkpoint directory whose weights (and tokenizer) the run starts from (``seqmap train --init``);
+    ``cfg.model`` must be that checkpoint's model (``seqmap.config.load_config_from_init``).
 
     ``test(run_trainer)``, when given, scores the best checkpoint on the test split once training
     stops (main process only; ``seqmap.evaluation.evaluate_test_split``); its result is ``result["test"]``.
     """
-    trainer = RunTrainer(cfg, Path(run_dir), resume=resume, stream=stream)
+    trainer = RunTrainer(cfg, Path(run_dir), resume=resume, stream=stream, init=init)
     try:
         result = trainer.run()
         result["test"] = test(trainer) if test is not None and trainer.dist.is_main else None

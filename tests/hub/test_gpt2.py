@@ -124,3 +124,33 @@ def test_a_tokenizer_of_another_model_is_one_line(tmp_path):
     (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
     with pytest.raises(HubError, match="the tokenizer does not belong to this model"):
         import_hf(tmp_path / "hf", tmp_path / "run")
+
+
+def test_an_imported_model_fine_tunes_on_your_text(tmp_path, capsys):
+    import json
+
+    import yaml
+
+    from seqmap.cli import main
+
+    tiny_gpt2(tmp_path / "hf", seed=3)
+    assert main(["import", "hf", str(tmp_path / "hf"), "--out", str(tmp_path / "gpt2")]) == 0
+    (tmp_path / "train.txt").write_text("the cat sat on the mat.\n" * 50)
+    (tmp_path / "valid.txt").write_text("the cat sat on the mat.\n" * 5)
+    cfg = {"data": {"task": "lm", "train": str(tmp_path / "train.txt"), "valid": str(tmp_path / "valid.txt"),
+                    "context": 16},
+           "train": {"max_steps": 30, "batch_size": 8, "lr": 3e-3, "warmup": 0, "schedule": "constant",
+                     "valid_every": 30, "log_every": 10, "label_smoothing": 0.0}}
+    (tmp_path / "ft.yaml").write_text(yaml.safe_dump(cfg))
+    capsys.readouterr()
+    assert main(["train", str(tmp_path / "ft.yaml"), "--init", str(tmp_path / "gpt2"), "--run-dir",
+                 str(tmp_path / "ft")]) == 0
+    metrics = [json.loads(line) for line in (tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()]
+    train_losses = [m["loss"] for m in metrics if m["kind"] == "train"]
+    assert train_losses and train_losses[-1] < 0.5 * train_losses[0]  # it learns the one line
+    run = load_run(tmp_path / "ft")
+    assert run.tgt_tok.kind == "hf" and run.cfg.model.activation == "gelu_tanh"
+    capsys.readouterr()
+    assert main(["generate", str(tmp_path / "ft"), "--prompt", "the cat", "--greedy",
+                 "--decode.max_new_tokens", "6"]) == 0
+    assert capsys.readouterr().out.startswith("the cat sat on the mat")
