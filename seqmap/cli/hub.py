@@ -1,4 +1,4 @@
-"""``seqmap import hf SOURCE --out RUN_DIR``: a pretrained Hugging Face model as an ordinary seqmap run."""
+"""``seqmap import hf SOURCE --out RUN_DIR`` and ``seqmap export hf RUN_DIR --out DIR``: the Hugging Face format."""
 
 from __future__ import annotations
 
@@ -22,6 +22,19 @@ def add_parser(commands) -> None:
     p.add_argument("source", metavar="SOURCE", help="a save_pretrained directory, or a Hub name")
     p.add_argument("--out", required=True, help="the run directory to write")
     p.set_defaults(handler=cmd_import)
+    e = commands.add_parser(
+        "export", allow_abbrev=False, help="export a run in the Hugging Face format",
+        description="hf RUN_DIR --out DIR: a decoder-only language model (family lm with learned positions,\n"
+                    "pre-LN, unscaled embeddings) as a GPT-2 directory that transformers loads\n"
+                    "(GPT2LMHeadModel.from_pretrained); its tokenizer as tokenizer.json where it converts.\n"
+                    "Encoder-decoder (Marian) export and CTranslate2: issue 15.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  seqmap export hf runs/gpt2-finetuned --out exported/gpt2-finetuned")
+    e.add_argument("format", choices=["hf"], help="hf: Hugging Face transformers")
+    e.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its best checkpoint) or a checkpoint")
+    e.add_argument("--out", required=True, help="the directory to write")
+    e.add_argument("--checkpoint", default="best", help="best (default), last, or a checkpoint directory")
+    e.set_defaults(handler=cmd_export)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -33,4 +46,21 @@ def cmd_import(args: argparse.Namespace) -> int:
     except (HubError, TokenizerError) as e:
         raise UserError(str(e)) from None
     print(f"imported {args.source} into {Path(args.out)} ({checkpoint.name})")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from seqmap.hub import HubError, export_hf
+    from seqmap.runs import load_run
+
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise UserError("seqmap export hf needs transformers: pip install -e \".[hf]\"") from None
+    run = load_run(args.run_dir, args.checkpoint)
+    try:
+        out = export_hf(run, args.out)
+    except HubError as e:
+        raise UserError(str(e)) from None
+    print(f"exported {run.checkpoint} to {out} (GPT2LMHeadModel)")
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -154,3 +156,56 @@ def test_an_imported_model_fine_tunes_on_your_text(tmp_path, capsys):
     assert main(["generate", str(tmp_path / "ft"), "--prompt", "the cat", "--greedy",
                  "--decode.max_new_tokens", "6"]) == 0
     assert capsys.readouterr().out.startswith("the cat sat on the mat")
+
+
+def test_import_then_export_gives_back_the_same_model(tmp_path, capsys):
+    from seqmap.cli import main
+
+    hf, fast = tiny_gpt2(tmp_path / "hf", seed=4)
+    assert main(["import", "hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run")]) == 0
+    assert main(["export", "hf", str(tmp_path / "run"), "--out", str(tmp_path / "back")]) == 0
+    back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "back").eval()
+    back_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "back")
+    ids = fast("the dog sat on a mat")["input_ids"]
+    assert back_tok("the dog sat on a mat")["input_ids"] == ids
+    with torch.no_grad():
+        torch.testing.assert_close(back(torch.tensor([ids])).logits, hf(torch.tensor([ids])).logits, rtol=0,
+                                   atol=1e-5)
+        for beam in (1, 5):
+            kw = dict(do_sample=False, num_beams=beam, max_new_tokens=10, pad_token_id=fast.eos_token_id)
+            assert back.generate(torch.tensor([ids]), **kw).tolist() == hf.generate(torch.tensor([ids]), **kw).tolist()
+
+
+def test_a_seqmap_trained_language_model_exports_to_gpt2(tmp_path):
+    from seqmap.config import RunConfig, from_dict
+    from seqmap.hub import export_hf
+    from seqmap.training.trainer import train
+
+    (tmp_path / "train.txt").write_text("the cat sat on the mat .\\na dog met a cat .\\n" * 30)
+    (tmp_path / "valid.txt").write_text("the cat sat on the mat .\\n")
+    cfg = from_dict(RunConfig, {
+        "model": {"family": "lm", "d_model": 16, "n_heads": 2, "d_ff": 32, "dec_layers": 2, "dropout": 0.0,
+                  "positional": "learned", "max_len": 32, "activation": "gelu_tanh", "scale_embeddings": False},
+        "data": {"task": "lm", "tokenizer": "word", "train": str(tmp_path / "train.txt"),
+                 "valid": str(tmp_path / "valid.txt"), "context": 16},
+        "train": {"max_steps": 20, "batch_size": 4, "lr": 3e-3, "warmup": 0, "schedule": "constant",
+                  "valid_every": 20}})
+    import io
+
+    train(cfg, tmp_path / "run", stream=io.StringIO())
+    run = load_run(tmp_path / "run")
+    export_hf(run, tmp_path / "gpt2")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "gpt2").eval()
+    fast = transformers.AutoTokenizer.from_pretrained(tmp_path / "gpt2")
+    ids = run.tgt_tok.encode("a dog sat on the cat")
+    assert fast("a dog sat on the cat")["input_ids"] == ids
+    with torch.no_grad():
+        torch.testing.assert_close(hf(torch.tensor([ids])).logits[0], run.model(None, None, torch.tensor([ids]))[0],
+                                   rtol=0, atol=1e-5)
+        theirs = hf.generate(torch.tensor([[2, *ids]]), do_sample=False, max_new_tokens=8)[0, len(ids) + 1:].tolist()
+    ours = generate_nbest(run.model, [[2, *ids]], DecodeConfig(max_new_tokens=8), sample=False)[0][0].output
+    assert ours == [t for t in theirs if t != 2][:len(ours)]
+    scaled = dataclasses.replace(run, cfg=dataclasses.replace(
+        run.cfg, model=dataclasses.replace(run.cfg.model, scale_embeddings=True)))
+    with pytest.raises(HubError, match="model.scale_embeddings=True .* no GPT-2 equivalent"):
+        export_hf(scaled, tmp_path / "x")
