@@ -62,7 +62,7 @@ class ModelConfig:
     ff_dropout: float | None = None  # dropout inside the feed-forward, after the activation: None = model.dropout
     norm_position: str = "pre"  # pre (x + f(norm(x))) | post (norm(x + f(x)))
     norm: str = "layernorm"  # layernorm | rmsnorm
-    activation: str = "relu"  # feed-forward non-linearity: relu | gelu | gelu_tanh (GPT-2's approximation) | swiglu
+    activation: str = "relu"  # feed-forward non-linearity: relu | gelu | gelu_tanh (GPT-2) | silu (Marian) | swiglu
     positional: str = "sinusoidal"  # sinusoidal | learned | relative | t5 | rope | alibi | none
     max_len: int = 1024  # longest sequence for learned positions (others extrapolate)
     sinusoidal_layout: str = "interleaved"  # sinusoidal: interleaved (sin, cos pairs) | split (sines, then cosines)
@@ -73,6 +73,7 @@ class ModelConfig:
     rope_base: float = 10000.0  # rope: base of the rotation frequencies
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(D)
     tie_embeddings: bool = True  # target embedding and output projection share weights
+    output_bias: bool = False  # a learned bias on the output logits (Marian's final_logits_bias)
     share_vocab: bool = False  # source and target embeddings are one table (needs equal vocabularies)
     pooling: str = "cls"  # classifier: cls (a learned vector in front, its final state) | mean (of real positions)
     n_classes: int = 0  # classifier, vit: number of classes (set from the training labels by `train`)

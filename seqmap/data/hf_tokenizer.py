@@ -1,5 +1,8 @@
-"""A Hugging Face ``tokenizers`` tokenizer (``tokenizer.json``: GPT-2's byte-level BPE, BERT's WordPiece, ...)
-behind seqmap's one ``Tokenizer`` interface (kind ``hf``).
+"""A pretrained model's own tokenizer behind seqmap's one ``Tokenizer`` interface (kind ``hf``), from either
+
+* a Hugging Face ``tokenizers`` file (``tokenizer.json``: GPT-2's byte-level BPE, BERT's WordPiece, ...), or
+* Marian's files (OPUS-MT): a sentencepiece model that cuts text into pieces and a ``vocab.json`` that
+  numbers the pieces (``source.spm`` for the source side, ``target.spm`` for the target side).
 
 seqmap reserves ids 0-3 for PAD, BOS, EOS and UNK; a pretrained vocabulary puts its own special tokens
 anywhere (GPT-2: ``<|endoftext|>`` = 50256). The mapping is fixed and invertible: each special token the
@@ -38,32 +41,130 @@ def _tokenizers():
     return tokenizers
 
 
+class TokenizersBackend:
+    """A ``tokenizers.Tokenizer`` (``tokenizer.json``)."""
+
+    name = "tokenizers"
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> tuple[list[int], list[str]]:
+        enc = self.tok.encode(text, add_special_tokens=False)
+        return list(enc.ids), list(enc.tokens)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=False)
+
+    def id_to_token(self, i: int) -> str:
+        return self.tok.id_to_token(i)
+
+    def save(self, directory: Path) -> dict[str, Any]:
+        self.tok.save(str(directory / HF_FILE))
+        return {"file": HF_FILE}
+
+    def state(self) -> str:
+        return self.tok.to_str()
+
+    @classmethod
+    def load(cls, directory: Path, manifest: dict[str, Any]) -> TokenizersBackend:
+        path = existing_file(directory / manifest.get("file", HF_FILE), directory)
+        return cls(_tokenizers().Tokenizer.from_file(str(path)))
+
+
+class MarianBackend:
+    """Marian's tokenization: sentencepiece pieces, numbered by ``vocab.json`` (a piece not in it is ``unk``)."""
+
+    name = "marian"
+
+    def __init__(self, spm_bytes: bytes, vocab: dict[str, int], unk: str):
+        import sentencepiece as spm
+
+        self.spm_bytes, self.vocab, self.unk = spm_bytes, vocab, unk
+        self.sp = spm.SentencePieceProcessor(model_proto=spm_bytes)
+        self.inverse = {i: p for p, i in vocab.items()}
+        if len(self.inverse) != len(vocab) or sorted(self.inverse) != list(range(len(vocab))):
+            raise TokenizerError("vocab.json must number its pieces 0..N-1, each id once")
+
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def encode(self, text: str) -> tuple[list[int], list[str]]:
+        pieces = self.sp.encode(text, out_type=str)
+        return [self.vocab.get(p, self.vocab[self.unk]) for p in pieces], pieces
+
+    def decode(self, ids: list[int]) -> str:
+        return self.sp.decode_pieces([self.inverse[i] for i in ids])
+
+    def id_to_token(self, i: int) -> str:
+        return self.inverse[i]
+
+    def save(self, directory: Path) -> dict[str, Any]:
+        (directory / "marian.spm").write_bytes(self.spm_bytes)
+        (directory / "vocab.json").write_text(json.dumps(self.vocab, ensure_ascii=False), encoding="utf-8")
+        return {"spm": "marian.spm", "vocab": "vocab.json", "unk": self.unk}
+
+    def state(self) -> str:
+        return self.spm_bytes.hex() + json.dumps(self.vocab, sort_keys=True)
+
+    @classmethod
+    def load(cls, directory: Path, manifest: dict[str, Any]) -> MarianBackend:
+        spm_path = existing_file(directory / manifest.get("spm", "marian.spm"), directory)
+        vocab_path = existing_file(directory / manifest.get("vocab", "vocab.json"), directory)
+        return cls(spm_path.read_bytes(), json.loads(vocab_path.read_text(encoding="utf-8")), manifest["unk"])
+
+    @classmethod
+    def from_files(cls, spm_path: Path, vocab_path: Path, unk: str) -> MarianBackend:
+        for path in (spm_path, vocab_path):
+            if not path.is_file():
+                raise TokenizerError(f"tokenizer file not found: {path}")
+        try:
+            vocab = json.loads(vocab_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise TokenizerError(f"{vocab_path} is not a JSON vocabulary ({e})") from None
+        if not isinstance(vocab, dict) or unk not in vocab:
+            raise TokenizerError(f"{vocab_path} must map pieces to ids and hold the unknown piece {unk!r}")
+        try:
+            return cls(spm_path.read_bytes(), vocab, unk)
+        except RuntimeError as e:  # sentencepiece cannot parse the model
+            raise TokenizerError(f"{spm_path} is not a sentencepiece model ({' '.join(str(e).split())})") from None
+
+
+BACKENDS = {b.name: b for b in (TokenizersBackend, MarianBackend)}
+
+
 class HFTokenizer(Tokenizer):
-    """A ``tokenizers.Tokenizer`` with its special tokens mapped onto seqmap's reserved ids (see the module doc).
+    """A pretrained tokenizer (a backend above) with its special tokens mapped onto seqmap's reserved ids.
 
     Args:
-        tokenizer: the ``tokenizers.Tokenizer``.
-        roles: {"eos": hf id, "pad": hf id, ...}: which hf token plays which of seqmap's roles (each at most once).
+        backend: a ``TokenizersBackend`` or a ``MarianBackend`` (or a ``tokenizers.Tokenizer``).
+        roles: {"eos": hf id, "pad": hf id, ...}: which hf token plays which of seqmap's roles.
         prompt: how a prompt starts for a language model: "text" (the text's ids alone, GPT-2's convention;
             an empty prompt is EOS) or "eos" (EOS, then the text).
+        append_eos: every encoded text ends with EOS (Marian's source side: its encoder read ``</s>`` last).
     """
 
     kind = "hf"
 
-    def __init__(self, tokenizer, roles: dict[str, int], prompt: str = "text"):
+    def __init__(self, backend, roles: dict[str, int], prompt: str = "text", append_eos: bool = False):
+        if not hasattr(backend, "encode") or not hasattr(backend, "state"):
+            backend = TokenizersBackend(backend)
         unknown = set(roles) - set(ROLES)
         if unknown:
             raise TokenizerError(f"unknown special role(s) {sorted(unknown)}; roles are {', '.join(ROLES)}")
         by_hf: dict[int, int] = {}
         for role, hf_id in roles.items():
             by_hf.setdefault(int(hf_id), ROLES[role])  # one hf token in several roles (GPT-2): the first listed
-        self.tok = tokenizer
+        self.backend = backend
         self.roles = {role: int(i) for role, i in roles.items()}
-        self.prompt = prompt
+        self.prompt, self.append_eos = prompt, append_eos
         self._to_seqmap = by_hf
         self._from_seqmap = {v: k for k, v in by_hf.items()}
         self._special_hf = sorted(by_hf)
-        self.hf_vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+        self.hf_vocab = backend.vocab_size()
         if any(not 0 <= i < self.hf_vocab for i in by_hf):
             raise TokenizerError(f"special token ids {sorted(by_hf)} are outside the vocabulary "
                                  f"(0..{self.hf_vocab - 1})")
@@ -97,11 +198,18 @@ class HFTokenizer(Tokenizer):
         return N_RESERVED + self.hf_vocab - len(self._special_hf)
 
     # -- the Tokenizer interface ------------------------------------------------------------------
+    @property
+    def tok(self):
+        """The ``tokenizers.Tokenizer`` of a tokenizers backend."""
+        return self.backend.tok
+
     def _encode(self, text: str) -> list[int]:
-        return [self.to_seqmap(i) for i in self.tok.encode(text, add_special_tokens=False).ids]
+        ids = [self.to_seqmap(i) for i in self.backend.encode(text)[0]]
+        return [*ids, EOS] if self.append_eos else ids
 
     def _tokens(self, text: str) -> list[str]:
-        return list(self.tok.encode(text, add_special_tokens=False).tokens)
+        pieces = self.backend.encode(text)[1]
+        return [*pieces, self.pieces([EOS])[0]] if self.append_eos else pieces
 
     def decode(self, ids: Iterable[int]) -> str:
         parts: list[str] = []
@@ -113,13 +221,13 @@ class HFTokenizer(Tokenizer):
             hf = self.to_hf(i)
             if hf is None:  # UNK with no hf token of its own
                 if run:
-                    parts.append(self.tok.decode(run, skip_special_tokens=False))
+                    parts.append(self.backend.decode(run))
                     run = []
                 parts.append(UNK_SURFACE)
             else:
                 run.append(hf)
         if run:
-            parts.append(self.tok.decode(run, skip_special_tokens=False))
+            parts.append(self.backend.decode(run))
         return "".join(parts)
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
@@ -128,7 +236,7 @@ class HFTokenizer(Tokenizer):
         for i in ids:
             i = self._check_id(int(i))
             hf = self.to_hf(i)
-            out.append(names[i] if hf is None else self.tok.id_to_token(hf))
+            out.append(names[i] if hf is None else self.backend.id_to_token(hf))
         return out
 
     def lm_prompt_ids(self, text: str) -> list[int]:
@@ -138,14 +246,17 @@ class HFTokenizer(Tokenizer):
 
     # -- files --------------------------------------------------------------------------------------
     def _write_files(self, directory: Path) -> dict[str, Any]:
-        self.tok.save(str(directory / HF_FILE))
-        return {"file": HF_FILE, "roles": self.roles, "prompt": self.prompt}
+        return {"backend": self.backend.name, **self.backend.save(directory), "roles": self.roles,
+                "prompt": self.prompt, "append_eos": self.append_eos}
 
     @classmethod
     def _from_files(cls, directory: Path, manifest: dict[str, Any]) -> HFTokenizer:
-        path = existing_file(directory / manifest.get("file", HF_FILE), directory)
-        return cls(_tokenizers().Tokenizer.from_file(str(path)), manifest.get("roles", {}),
-                   manifest.get("prompt", "text"))
+        backend = BACKENDS.get(manifest.get("backend", "tokenizers"))
+        if backend is None:
+            raise TokenizerError(f"{directory}: unknown backend {manifest.get('backend')!r} "
+                                 f"(known: {', '.join(BACKENDS)})")
+        return cls(backend.load(directory, manifest), manifest.get("roles", {}), manifest.get("prompt", "text"),
+                   bool(manifest.get("append_eos", False)))
 
     @classmethod
     def from_file(cls, path: str | Path, roles: dict[str, int], prompt: str = "text") -> HFTokenizer:
@@ -157,7 +268,8 @@ class HFTokenizer(Tokenizer):
             tok = _tokenizers().Tokenizer.from_file(str(path))
         except Exception as e:  # the tokenizers package raises its own Exception type on a malformed file
             raise TokenizerError(f"{path} is not a tokenizers tokenizer.json ({' '.join(str(e).split())})") from None
-        return cls(tok, roles, prompt)
+        return cls(TokenizersBackend(tok), roles, prompt)
 
     def _state(self) -> bytes:
-        return (self.tok.to_str() + json.dumps(self.roles, sort_keys=True) + self.prompt).encode()
+        return (self.backend.name + self.backend.state() + json.dumps(self.roles, sort_keys=True) + self.prompt
+                + str(self.append_eos)).encode()

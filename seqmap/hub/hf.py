@@ -6,6 +6,11 @@
 Architectures, each mapped onto one of seqmap's own families (the options the mapping needs are
 ordinary config options with their own tests):
 
+* ``MarianMTModel`` (OPUS-MT) -> ``family: transformer``: post-LN, sinusoidal positions in the split
+  layout (sines, then cosines), ``activation: silu`` (Marian's swish), embeddings scaled by sqrt(D) and
+  shared by encoder, decoder and output, ``output_bias`` for ``final_logits_bias``. Its tokenizer:
+  ``source.spm`` / ``target.spm`` pieces numbered by ``vocab.json``; the source ends with ``</s>``
+  (``append_eos``); decoding starts from Marian's pad embedding (seqmap's BOS row is given its weights).
 * ``GPT2LMHeadModel`` -> ``family: lm``: learned positions, pre-LN, ``activation: gelu_tanh``, no
   embedding scaling, the output layer tied to the embedding. GPT-2's ``Conv1D`` layers store their
   weights transposed ((in, out)); its ``c_attn`` holds query, key and value side by side, as seqmap's
@@ -30,8 +35,10 @@ from torch import Tensor
 
 from seqmap.config import DataConfig, ModelConfig, RunConfig, TrainConfig, save_config, to_dict
 from seqmap.data.hf_tokenizer import HFTokenizer
-from seqmap.data.tokenizer_base import EOS
+from seqmap.data.tokenizer_base import BOS, EOS
+from seqmap.data.tokenizers import save_pair
 from seqmap.models.builder import build_model
+from seqmap.nn.positional import sinusoidal_table
 from seqmap.training.checkpoint_manager import CheckpointManager
 
 
@@ -39,9 +46,8 @@ class HubError(ValueError):
     """A pretrained checkpoint cannot be imported; the message names the file or field and the fix."""
 
 
-SUPPORTED = {"gpt2": "GPT2LMHeadModel"}
-NOT_YET = {"marian": "MarianMTModel", "bert": "BertModel / BertForSequenceClassification",
-           "vit": "ViTForImageClassification"}
+SUPPORTED = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel"}
+NOT_YET = {"bert": "BertModel / BertForSequenceClassification", "vit": "ViTForImageClassification"}
 
 
 def resolve_source(source: str | os.PathLike) -> Path:
@@ -183,6 +189,113 @@ def _gpt2(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, Te
     return cfg, out, tok
 
 
+# -- Marian (OPUS-MT) ------------------------------------------------------------------------------------
+
+
+def _marian_tokenizers(source: Path, config: dict[str, Any]) -> tuple[HFTokenizer, HFTokenizer]:
+    from seqmap.data.hf_tokenizer import MarianBackend
+
+    where = source / "config.json"
+    roles = {}
+    for role, key in (("eos", "eos_token_id"), ("pad", "pad_token_id")):
+        if not isinstance(config.get(key), int):
+            raise HubError(f"{where}: {key} must be an integer id")
+        roles[role] = config[key]
+    if config.get("decoder_start_token_id", config["pad_token_id"]) != config["pad_token_id"]:
+        raise HubError(f"{where}: decoder_start_token_id differs from pad_token_id; seqmap maps Marian's decoder "
+                       "start onto its BOS from the pad token")
+    vocab_path = source / "vocab.json"
+    if not vocab_path.is_file():
+        raise HubError(f"{vocab_path} is missing (Marian's vocabulary); a MarianTokenizer's save_pretrained writes it")
+    tokenizer_config = _read_json(source / "tokenizer_config.json") if (source / "tokenizer_config.json").is_file() \
+        else {}
+    unk = tokenizer_config.get("unk_token", "<unk>")
+    unk = unk.get("content", "<unk>") if isinstance(unk, dict) else unk
+    src = MarianBackend.from_files(source / "source.spm", vocab_path, unk)
+    tgt = MarianBackend.from_files(source / "target.spm", vocab_path, unk)
+    roles["unk"] = src.vocab[unk]
+    if src.vocab_size() != config["vocab_size"]:
+        raise HubError(f"{vocab_path} has {src.vocab_size()} pieces but config.json's vocab_size is "
+                       f"{config['vocab_size']}: the tokenizer does not belong to this model")
+    return HFTokenizer(src, roles, append_eos=True), HFTokenizer(tgt, roles)
+
+
+def _attention(w: dict[str, Tensor], prefix: str, d: int, where: Path) -> dict[str, Tensor]:
+    """HF's q/k/v/out projections as seqmap's fused in_proj (rows: queries, keys, values) and out_proj."""
+    weight = torch.cat([_take(w, f"{prefix}.{x}_proj.weight", (d, d), where) for x in "qkv"])
+    bias = torch.cat([_take(w, f"{prefix}.{x}_proj.bias", (d,), where) for x in "qkv"])
+    return {"in_proj.weight": weight, "in_proj.bias": bias,
+            "out_proj.weight": _take(w, f"{prefix}.out_proj.weight", (d, d), where),
+            "out_proj.bias": _take(w, f"{prefix}.out_proj.bias", (d,), where)}
+
+
+def _marian(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, Tensor], HFTokenizer, HFTokenizer]:
+    where = source / "config.json"
+    for key in ("d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "encoder_ffn_dim",
+                "max_position_embeddings", "vocab_size"):
+        if not isinstance(config.get(key), int) or config[key] <= 0:
+            raise HubError(f"{where}: {key} must be a positive integer, got {config.get(key)!r}")
+    d, v = config["d_model"], config["vocab_size"]
+    for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if config.get(b, config[a]) != config[a]:
+            raise HubError(f"{where}: {a} and {b} differ; seqmap's Transformer uses one value for both")
+    if config.get("decoder_vocab_size", v) != v or not config.get("share_encoder_decoder_embeddings", True):
+        raise HubError(f"{where}: separate source and target vocabularies are not supported (share_encoder_decoder_"
+                       "embeddings must be true)")
+    act = config.get("activation_function", "swish")
+    activation = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh"}.get(act)
+    if activation is None:
+        raise HubError(f"{where}: activation_function {act!r} has no seqmap equivalent (swish, gelu, relu)")
+    if config.get("normalize_before") or config.get("add_final_layer_norm") or config.get("normalize_embedding"):
+        raise HubError(f"{where}: pre-LN / embedding-norm Marian variants are not supported (OPUS-MT is post-LN)")
+    src_tok, tgt_tok = _marian_tokenizers(source, config)
+    layers = (config["encoder_layers"], config["decoder_layers"])
+    model_cfg = ModelConfig(family="transformer", src_vocab=src_tok.vocab_size, tgt_vocab=tgt_tok.vocab_size,
+                            d_model=d, n_heads=config["encoder_attention_heads"], d_ff=config["encoder_ffn_dim"],
+                            enc_layers=layers[0], dec_layers=layers[1], dropout=0.0, activation=activation,
+                            positional="sinusoidal", sinusoidal_layout="split",
+                            max_len=config["max_position_embeddings"], norm_position="post",
+                            scale_embeddings=bool(config.get("scale_embedding", False)), tie_embeddings=True,
+                            share_vocab=True, output_bias=True)
+    w = {k.removeprefix("model."): t for k, t in read_weights(source).items()}
+    ours = sinusoidal_table(config["max_position_embeddings"], d, layout="split")
+    for side in ("encoder", "decoder"):  # Marian's fixed table must be seqmap's split layout
+        theirs = w.get(f"{side}.embed_positions.weight")
+        if theirs is not None and (theirs.shape != ours.shape or (theirs.float() - ours).abs().max() > 1e-4):
+            raise HubError(f"{source}: {side}.embed_positions is not the sinusoidal table (split layout) seqmap "
+                           "computes; learned positions are not supported for Marian")
+    hf_ids = src_tok.hf_ids()
+    pad = config["pad_token_id"]
+    table = _rows(_take(w, "shared.weight", (v, d), source), hf_ids)
+    table[BOS] = _take(w, "shared.weight", (v, d), source)[pad]  # the decoder starts from Marian's pad embedding
+    bias = _rows(_take(w, "final_logits_bias", (1, v), source).t(), hf_ids)[:, 0]
+    out = {"encoder.embedding.table.weight": table, "decoder.embedding.table.weight": table,
+           "decoder.output.weight": table, "decoder.output.bias": bias}
+    for side, n in (("encoder", layers[0]), ("decoder", layers[1])):
+        for i in range(n):
+            h, p = f"{side}.layers.{i}", f"{side}.layers.{i}"
+            parts = [("self_attn", "self_attn", "self_attn_layer_norm", "norm1")]
+            if side == "decoder":
+                parts.append(("encoder_attn", "cross_attn", "encoder_attn_layer_norm", "norm2"))
+            for theirs, ours, norm, our_norm in parts:
+                for k, t in _attention(w, f"{h}.{theirs}", d, source).items():
+                    out[f"{p}.{ours}.{k}"] = t
+                for part in ("weight", "bias"):
+                    out[f"{p}.{our_norm}.{part}"] = _take(w, f"{h}.{norm}.{part}", (d,), source)
+            ff = model_cfg.d_ff
+            out[f"{p}.ff.w1.weight"] = _take(w, f"{h}.fc1.weight", (ff, d), source)
+            out[f"{p}.ff.w1.bias"] = _take(w, f"{h}.fc1.bias", (ff,), source)
+            out[f"{p}.ff.w2.weight"] = _take(w, f"{h}.fc2.weight", (d, ff), source)
+            out[f"{p}.ff.w2.bias"] = _take(w, f"{h}.fc2.bias", (d,), source)
+            last = "norm3" if side == "decoder" else "norm2"
+            for part in ("weight", "bias"):
+                out[f"{p}.{last}.{part}"] = _take(w, f"{h}.final_layer_norm.{part}", (d,), source)
+    data = DataConfig(task="translation", tokenizer="unigram", vocab_size=src_tok.vocab_size, joint_vocab=False,
+                      max_len=config["max_position_embeddings"] - 1)
+    cfg = RunConfig(model=model_cfg, data=data, train=TrainConfig(max_steps=1, warmup=1, lr=5e-5))
+    return cfg, out, src_tok, tgt_tok
+
+
 def import_hf(source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     """Convert the pretrained model in ``source`` into a seqmap run directory ``out_dir``; returns its checkpoint."""
     directory = resolve_source(source)
@@ -194,7 +307,11 @@ def import_hf(source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     if model_type not in SUPPORTED:
         raise HubError(f"{directory / 'config.json'}: model_type {model_type!r} is not supported; seqmap imports "
                        f"{', '.join(f'{v} ({k})' for k, v in SUPPORTED.items())}")
-    cfg, weights, tok = _gpt2(directory, config)
+    if model_type == "marian":
+        cfg, weights, src_tok, tok = _marian(directory, config)
+    else:
+        cfg, weights, tok = _gpt2(directory, config)
+        src_tok = tok
     model = build_model(cfg.model)
     state = model.state_dict()
     missing = sorted(set(state) - set(weights))
@@ -208,7 +325,7 @@ def import_hf(source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     if (out / "checkpoints").exists():
         raise HubError(f"{out} already holds checkpoints; choose another --out directory")
     tok_dir = out / "tokenizer"
-    tok.save(tok_dir)
+    save_pair(src_tok, tok, tok_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.yaml")
     return CheckpointManager(out).save(0, model=model, trainer_state={"step": 0, "imported_from": str(source)},
@@ -298,7 +415,7 @@ def _export_tokenizer(tok, out: Path) -> None:
     """tokenizer.json (and its transformers config) for the exported model, where the tokenizer converts."""
     from transformers import PreTrainedTokenizerFast
 
-    if isinstance(tok, HFTokenizer):
+    if isinstance(tok, HFTokenizer) and tok.backend.name == "tokenizers":
         hf = tok.tok
         eos = hf.id_to_token(tok.roles["eos"])
         PreTrainedTokenizerFast(tokenizer_object=hf, eos_token=eos, bos_token=eos, unk_token=eos).save_pretrained(out)

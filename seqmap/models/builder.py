@@ -80,7 +80,7 @@ def _positional(cfg: ModelConfig, causal: bool):
 
 
 def _output(cfg: ModelConfig, embedding: TokenEmbedding) -> nn.Linear:
-    output = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=False)
+    output = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=cfg.output_bias)
     if cfg.tie_embeddings:
         output.weight = embedding.table.weight
     return output

@@ -52,7 +52,8 @@ def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:
     raise ValueError(f"unknown norm {kind!r}; choose layernorm or rmsnorm")
 
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")  # gelu_tanh: GELU's tanh approximation (GPT-2, BERT)
+# gelu_tanh: GELU's tanh approximation (GPT-2); silu: swish (Marian); swiglu: gated (Shazeer 2020)
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu")
 
 
 class FeedForward(nn.Module):
@@ -78,8 +79,12 @@ class FeedForward(nn.Module):
             gate, up = h.chunk(2, dim=-1)
             h = F.silu(gate) * up
         else:
-            h = (F.relu(h) if self.activation == "relu"
-                 else F.gelu(h, approximate="tanh" if self.activation == "gelu_tanh" else "none"))
+            if self.activation == "relu":
+                h = F.relu(h)
+            elif self.activation == "silu":
+                h = F.silu(h)
+            else:
+                h = F.gelu(h, approximate="tanh" if self.activation == "gelu_tanh" else "none")
         return self.w2(self.dropout(h))
 
 

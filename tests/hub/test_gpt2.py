@@ -97,8 +97,8 @@ def test_bad_sources_are_one_line(tmp_path, imported):
     (tmp_path / "m" / "config.json").write_text('{"model_type": "llama"}')
     with pytest.raises(HubError, match="model_type 'llama' is not supported"):
         import_hf(tmp_path / "m", tmp_path / "out")
-    (tmp_path / "m" / "config.json").write_text('{"model_type": "marian"}')
-    with pytest.raises(HubError, match="MarianMTModel .* is not importable yet"):
+    (tmp_path / "m" / "config.json").write_text('{"model_type": "bert"}')
+    with pytest.raises(HubError, match="BertModel .* is not importable yet"):
         import_hf(tmp_path / "m", tmp_path / "out")
 
 
