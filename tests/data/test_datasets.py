@@ -127,7 +127,8 @@ def test_tinyshakespeare_bundled_text_and_nanogpt_split():
 
 
 def test_registry_names_and_unknown_name_suggests_nearest():
-    assert [d.name for d in ds.list_datasets()] == ["multi30k", "ptb", "tatoeba-en-zh", "tinyshakespeare"]
+    assert [d.name for d in ds.list_datasets()] == ["debian-descriptions", "multi30k", "ptb", "tatoeba-en-zh",
+                                                    "tinyshakespeare"]
     assert ds.get_dataset("tinyshakespeare").bundled and ds.get_dataset("tinyshakespeare").downloadable
     assert not ds.get_dataset("tatoeba-en-zh").downloadable and not ds.get_dataset("ptb").bundled
     with pytest.raises(ds.DatasetError, match="Did you mean 'multi30k'"):
