@@ -25,6 +25,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
     import torch
 
     from seqmap.data.batching import collate_labels
+    from seqmap.data.pipeline import classification_ids
 
     if args.texts and args.input:
         raise UserError("give texts as arguments or --input FILE, not both")
@@ -41,7 +42,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
         raise UserError("nothing to classify: give TEXT arguments, --input FILE, or pipe texts into stdin")
     labels, k = run.labels, min(args.top, len(run.labels))
     for text in texts:
-        batch = collate_labels([(run.src_tok.encode(text), 0)]).to(run.device)
+        batch = collate_labels([(classification_ids(run.src_tok, text, run.cfg.data.max_len), 0)]).to(run.device)
         with torch.no_grad():
             probs = run.model(batch.src, batch.src_mask).softmax(-1)[0]
         top = probs.topk(k)
