@@ -26,7 +26,7 @@ from seqmap.data.debian import (
     word_count,
 )
 
-LOCAL_COPY = Path("/work/shared/data/debian_descriptions")
+LOCAL_COPY = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "debian_descriptions"
 TEN_WORDS = "one two three four five six seven eight nine ten"
 
 # Translation-en: Package, Description-md5, Description-en (a synopsis line, then the long description)
@@ -198,7 +198,7 @@ def test_prepare_without_the_file_is_one_clear_error(tmp_path, capsys):
         datasets.prepare("debian-descriptions", tmp_path, tmp_path / "out")
 
 
-@pytest.mark.skipif(not LOCAL_COPY.is_dir(), reason="the shared local copy is not on this machine")
+@pytest.mark.skipif(not LOCAL_COPY.is_dir(), reason="the shared copy is not next to the repository")
 def test_prepare_from_the_local_copy(tmp_path):
     """Row counts and sections as /work/shared/data/README.md section 9 states, and the recipe's invariants."""
     dest = datasets.prepare("debian-descriptions", LOCAL_COPY, tmp_path)
