@@ -204,3 +204,19 @@ def test_without_scikit_learn_training_says_how_to_install_the_baseline(tmp_path
     capsys.readouterr()
     assert main(["evaluate", str(run_dir), "--data", str(tmp_path / "test.tsv")]) == 2
     assert "pip install 'seqmap[baseline]' (or pass --no-baseline)" in capsys.readouterr().err
+
+
+def test_the_debian_config_with_missing_or_malformed_data_is_one_line(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    config_file = str(Path(__file__).resolve().parents[1] / "configs" / "debian_sections.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", config_file, "--run-dir", "run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "data.train: file not found: data/debian-descriptions/train.tsv" in err[0]
+    (tmp_path / "data" / "debian-descriptions").mkdir(parents=True)
+    for split in ("train", "valid", "test"):  # one column: the label column is missing
+        (tmp_path / "data" / "debian-descriptions" / f"{split}.tsv").write_text("a library for parsing JSON\n")
+    assert main(["train", config_file, "--run-dir", "run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "train.tsv: line 1 has 1 tab-separated column(s), need 2" in err[0]
