@@ -174,6 +174,7 @@ def test_long_texts_are_truncated_not_dropped_and_the_baseline_scores_the_same_r
     assert test["examples"] == baseline["examples"] == 61  # every test row, the long one included
     assert baseline["model"] == "tfidf+logreg" and baseline["accuracy"] > 80  # the topic words separate the classes
     assert "tfidf+logreg" in log and "the same 61 texts" in log
+    assert f'"baseline_accuracy": {round(baseline["accuracy"], 2)}' in capsys.readouterr().out
     data = load_classification(from_dict(RunConfig, cfg).data, run_dir, log=lambda line: None)
     assert data.train_text == classification_train_rows(from_dict(RunConfig, cfg).data)
     assert max(len(ids) for ids, _ in data.train) == 12 and len(data.test_text) == 61
