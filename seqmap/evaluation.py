@@ -8,7 +8,8 @@ with their signatures; BLEU's tokenizer is chosen by the target language
 the references / their tokens), from teacher forcing. ``compare`` runs
 sacreBLEU's paired bootstrap resampling test (Koehn 2004) between this run's
 hypotheses and another system's. ``evaluate_test_split`` is the last step of
-``seqmap train``: the best checkpoint scored on the config's test split.
+``seqmap train``: the best checkpoint scored on the config's test split (for a classifier, beside a
+TF-IDF + logistic regression baseline fitted on the same training rows, ``baseline_scores``).
 
 n-best files hold one line per hypothesis, ``index ||| hypothesis ||| score``:
 the 0-based sentence index, the detokenized text and the normalized score
@@ -31,7 +32,10 @@ from seqmap.config import DecodeConfig
 from seqmap.data.corpus import read_lines, read_parallel, read_tsv
 from seqmap.data.graphs import GraphData
 from seqmap.data.images import read_split
+from seqmap.data.labels import LabelSet
+from seqmap.data.pipeline import Pairs, classification_ids, classification_train_rows
 from seqmap.decoding.text import Scored, translate_texts
+from seqmap.models.tfidf import BASELINE_NAME, MissingBaselineDependency, TfidfLogReg
 from seqmap.runs import LoadedRun
 from seqmap.training.checkpoint import load_checkpoint
 from seqmap.training.validate import (
@@ -194,20 +198,58 @@ def evaluate_test_split(trainer: RunTrainer) -> dict | None:
     return result
 
 
+def baseline_scores(train: Pairs, test: Pairs, labels: LabelSet) -> dict:
+    """Accuracy and macro-F1 (percent) of TF-IDF + logistic regression fitted on ``train`` and scored on ``test``.
+
+    (text, label) rows, labels mapped to the classifier's classes by ``labels`` (rarer ones join
+    ``other`` alike), scored with the functions that score the classifier. The baseline reads each
+    text whole (the classifier its first ``data.max_len`` tokens). Raises ``MissingBaselineDependency``
+    without scikit-learn.
+    """
+    baseline = TfidfLogReg().fit([t for t, _ in train], [labels.encode(label, "data.train") for _, label in train])
+    predicted = baseline.predict([t for t, _ in test])
+    gold = [labels.encode(label, "data.test") for _, label in test]
+    return {"model": BASELINE_NAME, "accuracy": mt.accuracy(predicted, gold),
+            "macro_f1": mt.macro_f1(predicted, gold, len(labels)), "examples": len(gold)}
+
+
+def comparison_table(model: dict, baseline: dict | None, model_name: str = "classifier") -> list[str]:
+    """Lines of a small table: accuracy and macro-F1 of the model and of the baseline on the same rows."""
+    lines = [f"  {'':24s} {'accuracy':>9s} {'macro-F1':>9s}",
+             f"  {model_name:24s} {model['accuracy']:9.2f} {model['macro_f1']:9.2f}"]
+    if baseline is not None:
+        lines.append(f"  {baseline['model']:24s} {baseline['accuracy']:9.2f} {baseline['macro_f1']:9.2f}")
+    return lines
+
+
 def _classification_test(trainer: RunTrainer) -> dict | None:
-    """Loss, accuracy and macro-F1 of the best checkpoint on the test rows (labels outside the classes: an error)."""
+    """Loss, accuracy and macro-F1 of the best checkpoint on every test row, beside the TF-IDF baseline's.
+
+    The baseline (``result["baseline"]``, and a ``test_baseline`` event in metrics.jsonl) is fitted on
+    the training rows the model learnt from and scored on the same test rows; without scikit-learn the
+    log says how to install it and the model's scores stand alone.
+    """
     cfg, data, log = trainer.cfg, trainer.data, trainer.log
     if not data.test_text:
         return None
     best = trainer.checkpoints.best() or trainer.checkpoints.latest()
     load_checkpoint(best, model=trainer.model)
-    rows = [(data.tok.encode(text), data.labels.encode(label, where="data.test")) for text, label in data.test_text]
+    rows = [(classification_ids(data.tok, text, cfg.data.max_len), data.labels.encode(label, where="data.test"))
+            for text, label in data.test_text]
     result = classification_metrics(trainer.model.eval(), rows, len(data.labels), cfg.train.max_tokens,
                                     trainer.device)
-    log.metrics("test", trainer.state["step"], **result)
+    step = trainer.state["step"]
+    log.metrics("test", step, **result)
     log.info(f"test ({len(rows)} texts, {best.name}): accuracy {result['accuracy']:.2f} macro-F1 "
              f"{result['macro_f1']:.2f} loss {result['loss']:.4f}")
-    return result
+    try:
+        baseline = baseline_scores(data.train_text, data.test_text, data.labels)
+    except MissingBaselineDependency as e:
+        log.info(f"no baseline: {e}")
+        return result
+    log.metrics("test_baseline", step, **baseline)
+    log.info(f"test, the same {len(rows)} texts:\n" + "\n".join(comparison_table(result, baseline)))
+    return {**result, "baseline": baseline}
 
 
 def _image_test(trainer: RunTrainer) -> dict | None:
@@ -286,19 +328,25 @@ def evaluate_graph(run: LoadedRun, data: GraphData, split: str = "test") -> dict
 
 
 def evaluate_classifier(run: LoadedRun, path: str | Path, *, text_column: int = 0, label_column: int = 1,
-                        max_tokens: int = 4096) -> dict:
+                        max_tokens: int = 4096, baseline: bool = False) -> dict:
     """Accuracy, macro-F1, loss and the confusion matrix of a classifier on a TSV of (text, label) rows.
 
-    Texts are read as training read them (the tokenizer's normalization); a label outside the run's
-    classes is an error naming it (unless the run has an ``other`` class, which takes it).
+    Texts are read as training read them (the tokenizer's normalization, the first ``data.max_len``
+    tokens); a label outside the run's classes is an error naming it (unless the run has an ``other``
+    class, which takes it). With ``baseline``, ``result["baseline"]`` holds the TF-IDF baseline's
+    scores on the same rows, fitted on the run's training rows (``data.train`` of its config).
     """
     pairs = read_tsv(path, "--data", text_column, label_column)
-    rows = [(run.src_tok.encode(text), run.labels.encode(label.strip(), where=f"{path} line {n}"))
-            for n, (text, label) in enumerate(pairs, start=1)]
+    rows = [(classification_ids(run.src_tok, text, run.cfg.data.max_len),
+             run.labels.encode(label.strip(), where=f"{path} line {n}")) for n, (text, label) in enumerate(pairs, 1)]
     if not rows:
         raise ValueError(f"{path}: no rows to evaluate")
     predicted, nll_sum = classify_rows(run.model, rows, max_tokens, run.device)
     gold = [label for _, label in rows]
     result = classification_scores(predicted, gold, nll_sum, len(run.labels))
     result["confusion"] = mt.confusion_matrix(predicted, gold, len(run.labels))
+    if baseline:
+        norm = run.src_tok.normalizer
+        test = [(norm(text), label.strip()) for text, label in pairs]
+        result["baseline"] = baseline_scores(classification_train_rows(run.cfg.data), test, run.labels)
     return result

@@ -154,3 +154,70 @@ def test_plot_attention_of_a_classifier_shows_the_cls_row_and_the_prediction(tmp
     maps = [ax.images[0].get_array() for ax in fig.axes if ax.images]
     assert len(maps) == 2 and maps[0].shape == (6, 6)  # 1 layer x 2 heads; <cls> + 5 words
     assert "predicted: games" in fig._suptitle.get_text()
+
+
+def test_long_texts_are_truncated_not_dropped_and_the_baseline_scores_the_same_rows(tmp_path, capsys):
+    """Model and TF-IDF baseline: fitted on the same training rows, scored on every test row (long ones too)."""
+    from seqmap.data.pipeline import classification_ids, classification_train_rows, load_classification
+    from seqmap.training.runlog import read_metrics
+
+    cfg = config(tmp_path, max_len=12)
+    long_text = " ".join(["the player of the quest"] * 20)  # 100 words, far beyond data.max_len
+    for split in ("train", "valid", "test"):
+        with open(tmp_path / f"{split}.tsv", "a") as f:
+            f.write(f"{long_text}\tgames\n")
+    run_dir = tmp_path / "run"
+    assert main(["train", write(tmp_path, cfg), "--run-dir", str(run_dir)]) == 0
+    log = (run_dir / "train.log").read_text()
+    assert "train: kept 601 of 601 pairs; dropped none; " in log and "valid: kept 61 of 61 pairs" in log
+    test, baseline = read_metrics(run_dir, "test")[0], read_metrics(run_dir, "test_baseline")[0]
+    assert test["examples"] == baseline["examples"] == 61  # every test row, the long one included
+    assert baseline["model"] == "tfidf+logreg" and baseline["accuracy"] > 80  # the topic words separate the classes
+    assert "tfidf+logreg" in log and "the same 61 texts" in log
+    assert f'"baseline_accuracy": {round(baseline["accuracy"], 2)}' in capsys.readouterr().out
+    data = load_classification(from_dict(RunConfig, cfg).data, run_dir, log=lambda line: None)
+    assert data.train_text == classification_train_rows(from_dict(RunConfig, cfg).data)
+    assert max(len(ids) for ids, _ in data.train) == 12 and len(data.test_text) == 61
+    assert classification_ids(data.tok, long_text, 12) == data.tok.encode(long_text)[:12]
+    capsys.readouterr()
+    # seqmap evaluate: the same rows, the same two figures as at the end of training
+    assert main(["evaluate", str(run_dir), "--data", str(tmp_path / "test.tsv")]) == 0
+    out = capsys.readouterr().out
+    row = [line.split() for line in out.splitlines() if line.strip().startswith("tfidf+logreg")][0]
+    assert float(row[1]) == pytest.approx(baseline["accuracy"], abs=0.005) and "(61 examples" in out
+    assert main(["evaluate", str(run_dir), "--data", str(tmp_path / "test.tsv"), "--no-baseline"]) == 0
+    assert "tfidf+logreg" not in capsys.readouterr().out
+    assert main(["classify", str(run_dir), long_text]) == 0 and capsys.readouterr().out.startswith("games\t")
+
+
+def test_without_scikit_learn_training_says_how_to_install_the_baseline(tmp_path, monkeypatch, capsys):
+    import sys
+
+    for name in [m for m in sys.modules if m == "sklearn" or m.startswith("sklearn.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    cfg = config(tmp_path)
+    cfg["train"]["max_steps"] = 2
+    run_dir = tmp_path / "run"
+    assert main(["train", write(tmp_path, cfg), "--run-dir", str(run_dir)]) == 0
+    assert "no baseline: the TF-IDF + logistic regression baseline needs scikit-learn: pip install 'seqmap[baseline]'" \
+        in (run_dir / "train.log").read_text()
+    capsys.readouterr()
+    assert main(["evaluate", str(run_dir), "--data", str(tmp_path / "test.tsv")]) == 2
+    assert "pip install 'seqmap[baseline]' (or pass --no-baseline)" in capsys.readouterr().err
+
+
+def test_the_debian_config_with_missing_or_malformed_data_is_one_line(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    config_file = str(Path(__file__).resolve().parents[1] / "configs" / "debian_sections.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", config_file, "--run-dir", "run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "data.train: file not found: data/debian-descriptions/train.tsv" in err[0]
+    (tmp_path / "data" / "debian-descriptions").mkdir(parents=True)
+    for split in ("train", "valid", "test"):  # one column: the label column is missing
+        (tmp_path / "data" / "debian-descriptions" / f"{split}.tsv").write_text("a library for parsing JSON\n")
+    assert main(["train", config_file, "--run-dir", "run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "train.tsv: line 1 has 1 tab-separated column(s), need 2" in err[0]

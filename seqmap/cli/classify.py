@@ -29,6 +29,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
     import torch
 
     from seqmap.data.batching import collate_images, collate_labels
+    from seqmap.data.pipeline import classification_ids
 
     if args.texts and args.input:
         raise UserError("give texts as arguments or --input FILE, not both")
@@ -48,7 +49,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
         if run.cfg.data.task == "image":
             batch = collate_images(read_run_image(run, text)[None], [0]).to(run.device)
         else:
-            batch = collate_labels([(run.src_tok.encode(text), 0)]).to(run.device)
+            batch = collate_labels([(classification_ids(run.src_tok, text, run.cfg.data.max_len), 0)]).to(run.device)
         with torch.no_grad():
             probs = run.model(batch.src, batch.src_mask).softmax(-1)[0]
         top = probs.topk(k)

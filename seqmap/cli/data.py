@@ -29,9 +29,10 @@ def cmd_data(args: argparse.Namespace) -> int:
     from seqmap.data import datasets
 
     if args.action == "list":
+        width = max(len(d.name) for d in datasets.list_datasets())
         for d in datasets.list_datasets():
             where = "bundled" if d.bundled else "download"
-            print(f"{d.name:16s} {where:9s} {d.description} ({d.license})")
+            print(f"{d.name:{width}s} {where:9s} {d.description} ({d.license})")
         return 0
     if args.name is None:
         raise UserError(f"seqmap data {args.action} needs a dataset NAME (see `seqmap data list`)")

@@ -24,6 +24,9 @@ def add_parser(commands) -> None:
     evaluate.add_argument("--split", choices=("train", "val", "test"), default="test",
                           help="a graph run: the nodes to score (default: test)")
     evaluate.add_argument("--confusion", help="a classifier: also draw the confusion matrix here (.png or .svg)")
+    evaluate.add_argument("--no-baseline", action="store_true",
+                          help="a classifier: skip the TF-IDF + logistic regression baseline (fitted on the run's "
+                               "training rows, scored on the same --data rows)")
     evaluate.add_argument("--out", help="where to write the hypotheses (default: RUN_DIR/eval/SRC.hyp)")
     evaluate.add_argument("--nbest", type=int, default=1, help="also write N-best lists to OUT.nbest")
     evaluate.add_argument("--tokenize", help="sacreBLEU tokenizer (default: zh for Chinese targets, else 13a)")
@@ -76,15 +79,23 @@ def _evaluate_classifier(run, args: argparse.Namespace) -> int:
     if args.data is None:
         what = "PATH (an .npz, or a folder of class sub-folders)" if images else "FILE (a TSV of text<TAB>label)"
         raise UserError(f"{args.run_dir} is {'an image' if images else 'a'} classifier: evaluate it on --data {what}")
+    from seqmap.evaluation import comparison_table
+    from seqmap.models.tfidf import MissingBaselineDependency
+
     d = run.cfg.data
     try:
         result = (evaluate_images(run, args.data, batch_size=run.cfg.train.batch_size) if images else
                   evaluate_classifier(run, args.data, text_column=d.src_column, label_column=d.tgt_column,
-                                      max_tokens=run.cfg.train.max_tokens))
-    except ValueError as e:  # a label outside the classes, a malformed row, an empty file
+                                      max_tokens=run.cfg.train.max_tokens, baseline=not args.no_baseline))
+    except MissingBaselineDependency as e:
+        raise UserError(f"{e} (or pass --no-baseline)") from None
+    except ValueError as e:  # a label outside the classes, a malformed row, an empty file, a missing data.train
         raise UserError(str(e)) from None
     print(f"accuracy = {result['accuracy']:.2f}   macro-F1 = {result['macro_f1']:.2f}   loss = {result['loss']:.4f}"
           f"   ({result['examples']} examples, {len(run.labels)} classes)")
+    if "baseline" in result:
+        print(f"the same {result['examples']} rows (baseline fitted on {d.train}):")
+        print("\n".join(comparison_table(result, result["baseline"])))
     if args.confusion:
         from seqmap.visualize import plot_confusion
 

@@ -77,6 +77,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         summary.update(test_bleu=round(test["bleu"], 2), test_chrf=round(test["chrf"], 2))
     elif test and "accuracy" in test:
         summary.update(test_accuracy=round(test["accuracy"], 2), test_macro_f1=round(test["macro_f1"], 2))
+        if "baseline" in test:  # TF-IDF + logistic regression on the same rows
+            b = test["baseline"]
+            summary.update(baseline_accuracy=round(b["accuracy"], 2), baseline_macro_f1=round(b["macro_f1"], 2))
     elif test:
         summary.update(test_ppl=round(test["ppl"], 2))
     print("result " + json.dumps(summary, ensure_ascii=False))

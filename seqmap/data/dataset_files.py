@@ -1,16 +1,18 @@
 """One file of a dataset: its upstream path and content checksum, reading and verifying it, writing it safely.
 
-A ``SourceFile``'s SHA-256 is of its content: the bytes after gunzip when they start with the gzip
-magic number, the bytes as they are otherwise (see "Checksums" in ``datasets.py``). Prepared files
+A ``SourceFile``'s SHA-256 is of its content: the bytes after decompression when they start with the
+gzip, bzip2 or xz magic number, the bytes as they are otherwise (see "Checksums" in ``datasets.py``). Prepared files
 are written through a temporary name, so a reader never sees half a file. ``DatasetError`` and its
 subclasses are the errors of the dataset modules.
 """
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import hashlib
 import io
+import lzma
 import os
 import zipfile
 import zlib
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GZIP_MAGIC = b"\x1f\x8b"
+# magic number -> decompressor (the Debian archive serves its index files as .xz and .bz2)
+_COMPRESSED = {GZIP_MAGIC: gzip.decompress, b"BZh": bz2.decompress, b"\xfd7zXZ\x00": lzma.decompress}
 
 
 class DatasetError(Exception):
@@ -62,13 +66,15 @@ class SourceFile:
 
 
 def _content(raw: bytes, where: str) -> bytes:
-    """The content of a file's bytes: gunzipped when they start with the gzip magic number."""
-    if raw[:2] != GZIP_MAGIC:
-        return raw
-    try:
-        return gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as err:
-        raise ChecksumError(f"{where} starts like a gzip file but does not decompress ({err})") from None
+    """The content of a file's bytes: decompressed when they start with the gzip, bzip2 or xz magic number."""
+    for magic, decompress in _COMPRESSED.items():
+        if raw.startswith(magic):
+            try:
+                return decompress(raw)
+            except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as err:
+                kind = decompress.__module__
+                raise ChecksumError(f"{where} starts like a {kind} file but does not decompress ({err})") from None
+    return raw
 
 
 def npz_arrays_sha256(raw: bytes, where: str) -> str:

@@ -22,11 +22,14 @@ from seqmap.data.bundled_corpora import (
     tatoeba_row_splits,
 )
 from seqmap.data.dataset_files import DatasetError, SourceFile, write_file, write_lines
+from seqmap.data.debian import build_descriptions, descriptions_tsv, write_classification_splits
 from seqmap.data.graphs import PLANETOID_SHA256
 from seqmap.data.planetoid import PLANETOID_PARTS, verified_planetoid_npz
 
 # A writer turns {upstream file name: verified content} into the prepared layout under a directory.
 Writer = Callable[["Dataset", dict[str, bytes], Path], list[str]]
+# A builder turns {raw file name: verified content} into {file name: content} of the dataset's ``files``.
+Builder = Callable[[dict[str, bytes]], dict[str, bytes]]
 
 
 @dataclass(frozen=True)
@@ -38,10 +41,13 @@ class Dataset:
         description: one line for ``seqmap data list``.
         license: license and attribution, in words.
         files: the upstream files.
-        base_url: upstream base URL of ``files``; "" when there is nothing to download.
+        base_url: upstream base URL of ``files`` (or of ``raw`` when given); "" when there is nothing to download.
         writer: writes the prepared layout; ``None`` copies each file's content to its ``out`` name.
         prepared: the prepared files themselves with their checksums: ``prepare`` takes a folder holding
             them (verified, copied) in place of the upstream files.
+        raw: files that ``download`` fetches instead of ``files`` when the published files are not served
+            anywhere (``build`` makes them from these; their checksums are then checked as always).
+        build: turns the verified ``raw`` contents into ``files``' contents.
     """
 
     name: str
@@ -51,6 +57,8 @@ class Dataset:
     base_url: str = ""
     writer: Writer | None = field(default=None, repr=False, compare=False)
     prepared: tuple[SourceFile, ...] = ()
+    raw: tuple[SourceFile, ...] = ()
+    build: Builder | None = field(default=None, repr=False, compare=False)
 
     @property
     def downloadable(self) -> bool:
@@ -110,6 +118,13 @@ def _planetoid(name: str, description: str, license_: str) -> Dataset:
 
 _PLANETOID_LICENSE = ("LINQS data (Sen et al. 2008), no separate license; the Planetoid split and files (Yang et al. "
                       "2016) from kimiyoung/planetoid, MIT License, (c) 2016 Zhilin Yang. Cite both.")
+def _write_debian(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> list[str]:
+    return write_classification_splits(contents["descriptions.tsv.gz"], dest)
+
+
+def _build_debian(raw: dict[str, bytes]) -> dict[str, bytes]:
+    rows = build_descriptions(raw["Translation-en.bz2"].decode("utf-8"), raw["Packages.xz"].decode("utf-8"))
+    return {"descriptions.tsv.gz": descriptions_tsv(rows)}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -149,6 +164,17 @@ _PTB_SHA256 = {
 }
 
 
+# Debian 12.15 "bookworm", main (InRelease "Date: Sat, 11 Jul 2026 10:16:37 UTC"). The live
+# deb.debian.org/debian/dists/bookworm files change at every point release, so downloads come from
+# snapshot.debian.org at a fixed time after 12.15 was published (snapshot serves the last state at or
+# before the time asked for); the checksums (of the uncompressed content, as InRelease lists them) pin
+# the exact files either way.
+_DEBIAN_SNAPSHOT = "https://snapshot.debian.org/archive/debian/20260713T000000Z"
+_DEBIAN_TRANSLATION_EN_SHA256 = "62f59c3cdca9786e4f7adf9002f9f5729a684adcb4667e58e448dec9b5a46c7f"
+_DEBIAN_PACKAGES_SHA256 = "515e692f2c4121c6fcec444ef100cc18f79a991910615f3a88c8b7becfc94d2f"
+_DEBIAN_DESCRIPTIONS_SHA256 = "bf425d082b0a232cbf2bab48803de7ddbd3fe6b5bef7312e3d55f08a62a20979"
+
+
 def _multi30k_name(path: str) -> str:
     return path.rsplit("/", 1)[-1].removesuffix(".gz").replace("test_2016_flickr", "test2016")
 
@@ -156,6 +182,21 @@ def _multi30k_name(path: str) -> str:
 DATASETS: dict[str, Dataset] = {
     d.name: d
     for d in (
+        Dataset(
+            name="debian-descriptions",
+            description="Debian 12 package descriptions -> section, for classification (57,540 / 1,254 / 1,405 "
+            "rows, 58 sections; split by source package)",
+            license="No single license: each description belongs to its Debian package and is covered by that "
+            "package's license (all DFSG-free, redistributable; some require attribution).",
+            base_url=_DEBIAN_SNAPSHOT,
+            files=(SourceFile("descriptions.tsv.gz", _DEBIAN_DESCRIPTIONS_SHA256),),
+            writer=_write_debian,
+            raw=(
+                SourceFile("dists/bookworm/main/i18n/Translation-en.bz2", _DEBIAN_TRANSLATION_EN_SHA256),
+                SourceFile("dists/bookworm/main/binary-amd64/Packages.xz", _DEBIAN_PACKAGES_SHA256),
+            ),
+            build=_build_debian,
+        ),
         Dataset(
             name="multi30k",
             description="Multi30k task 1 image-caption translation, en/de/fr/cs aligned (29,000 / 1,014 / 1,000)",

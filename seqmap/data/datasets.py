@@ -19,17 +19,20 @@ dataset             prepared files (plain UTF-8 text, one sentence per line unle
 ``tinyshakespeare`` ``{train,valid}.txt``: the first 90% / last 10% of the characters (nanoGPT's split)
 ``tatoeba-en-zh``   ``{train,valid,test}.{en,zh}``, line-aligned ``{train,valid,test}.attribution``
                     (CC-BY credits, one per pair) and ``about.txt``
+``debian-descriptions`` ``{train,valid,test}.tsv``: ``text<TAB>section<TAB>package`` (no header), for
+                    ``data.task: classification`` (see ``seqmap/data/debian.py`` for the text)
 ==================  ==============================================================================
 
 Every prepared directory also gets a ``README.txt`` naming the source, license and files.
 
 Checksums
 ---------
-Each upstream file has one SHA-256, always of its **content**: the bytes after gunzip when the file is
-gzip-compressed, the bytes as they are otherwise. So one checksum verifies a file whichever way it is
-stored: the Multi30k ``raw/*.gz`` files as served, a gunzipped copy of them, or a gzipped copy of the
-``tok/`` files (which upstream serves as plain text). Whether bytes are gzip is read from the gzip magic
-number, never from the file name; gzip's own CRC guards the compressed bytes.
+Each upstream file has one SHA-256, always of its **content**: the bytes after decompression when the
+file is gzip, bzip2 or xz (told by the magic number), the bytes as they are otherwise. So one checksum
+verifies a file whichever way it is stored: the Multi30k ``raw/*.gz`` files as served, a gunzipped
+copy of them, or a gzipped copy of the ``tok/`` files (which upstream serves as plain text). Whether
+bytes are compressed is read from the magic number, never from the file name; the formats' own
+checks (gzip's CRC, bzip2's and xz's) guard the compressed bytes.
 
 Downloads and mirrors
 ---------------------
@@ -37,6 +40,9 @@ Downloads and mirrors
 exactly as served, then runs :func:`prepare` from there into ``DEST``. ``base_url`` replaces the
 dataset's upstream base URL, so a mirror must hold the files at the same relative paths (for Multi30k,
 ``raw/train.en.gz`` and ``tok/train.lc.norm.tok.en``); ``file://`` URLs work too.
+A dataset whose published file is served nowhere (``debian-descriptions``) lists the files it is made
+from as ``raw``: :func:`download` fetches those, builds the published file from them with the
+dataset's recipe, checks that file's checksum too, then prepares as above.
 :func:`prepare` accepts a flat directory or one keeping the upstream sub-folders, and for each file
 either its upstream name or the name with ``.gz`` added or removed.
 
@@ -184,7 +190,7 @@ def download(name: str, dest_dir: str | os.PathLike, *, base_url: str | None = N
         raise DatasetError(f"base URL {root!r} must start with http://, https:// or file://")
     source = dest / "source"
     source.mkdir(parents=True, exist_ok=True)
-    for file in dataset.files:
+    for file in dataset.raw or dataset.files:
         target = source / file.name
         if target.is_file() and not force:
             try:
@@ -193,7 +199,21 @@ def download(name: str, dest_dir: str | os.PathLike, *, base_url: str | None = N
             except ChecksumError:
                 pass  # stale or broken: fetch again
         _fetch(dataset, file, f"{root}/{file.path}", target)
+    if dataset.raw:
+        _build(dataset, source)
     return prepare(name, source, dest)
+
+
+def _build(dataset: Dataset, source: Path) -> None:
+    """Make ``dataset.files`` in ``source`` from its verified ``raw`` files there, and check their checksums."""
+    raw = {f.name: verified_content(f, (source / f.name).read_bytes(), str(source / f.name)) for f in dataset.raw}
+    built = dataset.build(raw)
+    for file in dataset.files:
+        try:
+            verified_content(file, built[file.name], f"{file.name} built from {', '.join(raw)}")
+        except ChecksumError as err:
+            raise ChecksumError(f"{err}: the recipe in seqmap did not reproduce the published file") from None
+        write_file(source / file.name.removesuffix(".gz"), built[file.name])
 
 
 def _candidates(source: Path, file: SourceFile) -> list[Path]:
@@ -257,7 +277,9 @@ def _write_layout(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> P
 
 
 def _write_readme(dataset: Dataset, dest: Path, written: list[str], files, base_url: str) -> Path:
-    sources = [f"{base_url}/{f.path}" if base_url else f.name for f in files]
+    served = base_url and not dataset.raw  # a dataset with raw files: its files are built, not served
+    sources = [f"{base_url}/{f.path}" if served else f.name for f in files]
+    built = [f"  which download builds from  {base_url}/{f.path}  {f.sha256}" for f in dataset.raw] if base_url else []
     readme = [
         f"{dataset.name}: {dataset.description}",
         "",
@@ -267,6 +289,7 @@ def _write_readme(dataset: Dataset, dest: Path, written: list[str], files, base_
         *(f"  {src}  {f.sha256 or '(none recorded: the converted arrays are checked)'}"
           f"{' (of its arrays)' if f.digest == 'npz-arrays' else ''}"
           for src, f in zip(sources, files, strict=True)),
+        *built,
         "",
         "Files: " + " ".join(written),
     ]

@@ -48,8 +48,9 @@ class ClassificationData:
     train: list[tuple[list[int], int]]  # (token ids, class id)
     valid: list[tuple[list[int], int]]
     valid_text: Pairs  # the kept validation (text, label) pairs
-    test_text: Pairs
+    test_text: Pairs  # every test (text, label) row: none is dropped, long ones are truncated when encoded
     reports: dict[str, FilterReport] = field(default_factory=dict)
+    train_text: Pairs = field(default_factory=list)  # the kept training (text, label) pairs, aligned with ``train``
 
 
 @dataclass
@@ -198,31 +199,54 @@ def load_translation(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] 
 LABELS_FILE = "labels.json"  # in RUN_DIR/tokenizer/, so every checkpoint's copy of the tokenizer carries it
 
 
+def classification_ids(tok: Tokenizer, text: str, max_len: int) -> list[int]:
+    """The token ids a classifier reads for ``text``: its first ``max_len`` tokens (``data.max_len``).
+
+    Every split, ``seqmap evaluate`` and ``seqmap classify`` encode through here, so a long text is
+    truncated alike everywhere and never dropped: a test score counts every test row.
+    """
+    return tok.encode(text)[:max_len]
+
+
+def read_classification_texts(cfg: DataConfig) -> dict[str, Pairs]:
+    """The train/valid/test (text, label) rows of the config's TSV files (test may be empty), texts normalized."""
+    norm = normalizer_for(cfg)
+    return {k: [(norm(t), label.strip()) for t, label in v] for k, v in _file_pairs(cfg).items()}
+
+
+def classification_train_rows(cfg: DataConfig) -> Pairs:
+    """The training (text, label) rows a classifier run learns from: the TSV's rows, empty ones dropped.
+
+    ``load_classification`` keeps exactly these, and ``seqmap evaluate`` refits the TF-IDF baseline on them.
+    """
+    return filter_pairs(read_classification_texts(cfg)["train"])[0]
+
+
 def load_classification(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> ClassificationData:
     """(text, label) rows from TSV files (``data.src_column`` text, ``data.tgt_column`` label) as ids and class ids.
 
-    Texts are normalized like translation sources (labels are not); texts longer than ``data.max_len``
-    tokens and empty rows are dropped and counted, as translation pairs are.
+    Texts are normalized like translation sources (labels are not). Rows with an empty text or label
+    are dropped and counted; texts longer than ``data.max_len`` tokens are truncated to their first
+    ``data.max_len`` tokens (``classification_ids``) and counted, not dropped, in every split.
     """
-    raw = _file_pairs(cfg)
-    norm = normalizer_for(cfg)
-    texts = {k: [(norm(t), label.strip()) for t, label in v] for k, v in raw.items()}
+    texts = read_classification_texts(cfg)
     tok, _ = tokenizers_for(cfg, [t for t, _ in texts["train"]], [t for t, _ in texts["train"]], run_dir, log)
     labels = _run_labels([label for _, label in texts["train"]], cfg, run_dir, log)
     cache, out, reports = run_dir / "cache", {}, {}
     for split in ("train", "valid"):
         ids_of = dict(zip((t for t, _ in texts[split]), cached_encode([t for t, _ in texts[split]], tok, cache,
                                                                        name=f"{split}-text")))
-        kept, reports[split] = filter_pairs(texts[split], cfg.max_len,
-                                            lengths=lambda t, _, ids_of=ids_of: (len(ids_of[t]), 0))
-        out[split] = [(ids_of[t], labels.encode(label, where=f"data.{split}")) for t, label in kept]
+        kept, reports[split] = filter_pairs(texts[split])
+        out[split] = [(ids_of[t][:cfg.max_len], labels.encode(label, where=f"data.{split}")) for t, label in kept]
         out[f"{split}_text"] = kept
-        log(reports[split].summary(split))
+        long = sum(len(ids_of[t]) > cfg.max_len for t, _ in kept)
+        log(reports[split].summary(split) + f"; {long} longer than data.max_len={cfg.max_len} tokens, truncated")
     if not out["train"]:
-        raise DataError("no training rows left after filtering; check the data files and data.max_len")
+        raise DataError("no training rows left after dropping empty ones; check the data files")
     if not out["valid"]:
-        raise DataError("no validation rows left after filtering; check data.valid and data.max_len")
-    return ClassificationData(tok, labels, out["train"], out["valid"], out["valid_text"], texts["test"], reports)
+        raise DataError("no validation rows left after dropping empty ones; check data.valid")
+    return ClassificationData(tok, labels, out["train"], out["valid"], out["valid_text"], texts["test"], reports,
+                              out["train_text"])
 
 
 def _run_labels(train_labels: list[str], cfg: DataConfig, run_dir: Path, log: Callable[[str], None]) -> LabelSet:

@@ -32,6 +32,7 @@ from matplotlib import font_manager
 from matplotlib.figure import Figure
 from matplotlib.ft2font import FT2Font
 
+from seqmap.data.pipeline import classification_ids
 from seqmap.data.tokenizers import BOS, EOS
 from seqmap.decoding.align import NoAttentionError, decoder_self_attention, encoder_attention, forced_attention
 from seqmap.visualize.figures import check_format, figure_inches, save_figure
@@ -266,7 +267,9 @@ def plot_run_attention(run, text: str, path: str | Path, *, hypothesis: str | No
     src_ids = run.src_tok.encode(text)
     src_labels = run.src_tok.tokens(text) or run.src_tok.pieces([EOS])  # an empty source reads one EOS
     if getattr(run, "labels", None) is not None:  # a classifier: its encoder's self-attention is all it has
-        return _plot_classifier_attention(run, text, src_ids, src_labels, path, which, layer, head, title)
+        src_ids = classification_ids(run.src_tok, text, run.cfg.data.max_len)  # what it reads: the first max_len
+        return _plot_classifier_attention(run, text, src_ids, src_labels[:len(src_ids)] or src_labels, path, which,
+                                          layer, head, title)
     if which == "encoder":
         weights = encoder_attention(model, src_ids, device=device)
         if weights is None:

@@ -128,8 +128,8 @@ def test_tinyshakespeare_bundled_text_and_nanogpt_split():
 
 def test_registry_names_and_unknown_name_suggests_nearest():
     names = [d.name for d in ds.list_datasets()]
-    assert names == sorted(names) and {"citeseer", "cora", "mnist", "multi30k", "ptb", "tatoeba-en-zh",
-                                       "tinyshakespeare"} <= set(names)
+    assert names == sorted(names) and {"citeseer", "cora", "debian-descriptions", "mnist", "multi30k", "ptb",
+                                       "tatoeba-en-zh", "tinyshakespeare"} <= set(names)
     assert ds.get_dataset("tinyshakespeare").bundled and ds.get_dataset("tinyshakespeare").downloadable
     assert not ds.get_dataset("tatoeba-en-zh").downloadable and not ds.get_dataset("ptb").bundled
     with pytest.raises(ds.DatasetError, match="Did you mean 'multi30k'"):
