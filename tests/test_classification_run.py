@@ -63,7 +63,8 @@ def test_other_verbs_refuse_a_classifier(tmp_path, capsys):
     cfg = config(tmp_path)
     cfg["train"]["max_steps"] = 2
     assert main(["train", write(tmp_path, cfg), "--run-dir", str(run_dir)]) == 0
-    for verb in (["translate", str(run_dir), "x"], ["generate", str(run_dir)], ["serve", str(run_dir)],
+    # (seqmap serve takes a classifier: POST /classify, tests/serve/test_classify.py)
+    for verb in (["translate", str(run_dir), "x"], ["generate", str(run_dir)],
                  ["evaluate", str(run_dir), "--src", "a", "--ref", "b"]):
         assert main(verb) == 2, verb
         assert "is a classifier" in capsys.readouterr().err, verb
