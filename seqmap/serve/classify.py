@@ -27,7 +27,7 @@ from seqmap.data.batching import collate_images, collate_labels
 from seqmap.data.images import ImageError, read_image_file
 from seqmap.nn.rollout import class_token_attention
 from seqmap.runs import LoadedRun
-from seqmap.serve.engine import checkpoint_step
+from seqmap.serve.engine import run_header
 from seqmap.serve.schemas import ClassifyRequest, Limits, RequestError, check_classify
 
 DECIMALS = 4
@@ -145,11 +145,7 @@ class ClassifierEngine:
                        if self.task == "image" else
                        {"tokenizer": run.src_tok.kind, "vocabulary": run.src_tok.vocab_size})
         return {
-            "task": self.task,
-            "family": m.family,
-            "checkpoint": str(run.checkpoint),
-            "step": checkpoint_step(run.checkpoint),
-            "parameters": sum(p.numel() for p in run.model.parameters()),
+            **run_header(run, self.task),
             "sizes": {"d_model": m.d_model, "n_heads": m.n_heads, "d_ff": m.d_ff, "enc_layers": m.enc_layers,
                       "positional": m.positional, "norm_position": m.norm_position, "pooling": m.pooling},
             "attention": self.attention_shape,

@@ -244,11 +244,7 @@ class Engine:
                      "dec_layers": m.dec_layers, "positional": m.positional, "norm_position": m.norm_position}
         d, t = cfg.data, cfg.train
         return {
-            "task": self.task,
-            "family": m.family,
-            "checkpoint": str(run.checkpoint),
-            "step": checkpoint_step(run.checkpoint),
-            "parameters": sum(p.numel() for p in run.model.parameters()),
+            **run_header(run, self.task),
             "sizes": sizes,
             "attention": self.attention_shape,
             "vocabulary": {"tokenizer": run.tgt_tok.kind,
@@ -273,6 +269,12 @@ class Engine:
         if weights is None:
             return {"available": False, "layers": 0, "heads": 0}
         return {"available": True, "layers": weights.size(0), "heads": weights.size(1)}
+
+
+def run_header(run: LoadedRun, task: str) -> dict[str, Any]:
+    """What /info says first about any run: its task, family, checkpoint, step and parameter count."""
+    return {"task": task, "family": run.cfg.model.family, "checkpoint": str(run.checkpoint),
+            "step": checkpoint_step(run.checkpoint), "parameters": sum(p.numel() for p in run.model.parameters())}
 
 
 def checkpoint_step(checkpoint) -> int | None:
