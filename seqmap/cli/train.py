@@ -10,20 +10,6 @@ from seqmap.cli.common import UserError, threads
 from seqmap.config import load_config, load_config_from_init
 
 
-def _init_checkpoint(path: str):
-    from seqmap.runs import find_checkpoint
-
-    return find_checkpoint(path, "best")
-
-
-def init_model(checkpoint):
-    """The model config of the checkpoint ``--init`` names."""
-    from seqmap.config import ModelConfig, from_dict
-    from seqmap.training.checkpoint import read_config
-
-    return from_dict(ModelConfig, read_config(checkpoint).get("model"), "model")
-
-
 def add_parser(commands) -> None:
     train = commands.add_parser(
         "train", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -50,6 +36,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from seqmap.training.trainer import train
 
     threads(args.threads)
+    if args.init and args.resume:
+        raise UserError("--init starts a new run from another run's weights; --resume continues a run: give one")
+    init = None
     if args.resume:
         run_dir = Path(args.resume)
         if args.config is not None:
@@ -61,15 +50,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.config is None:
             raise UserError("give a CONFIG file to train, or --resume RUN_DIR to continue a run")
         if args.init:
-            init = _init_checkpoint(args.init)
-            cfg = load_config_from_init(args.config, args.overrides, init_model(init))
+            from seqmap.config import ModelConfig, from_dict
+            from seqmap.runs import find_checkpoint
+            from seqmap.training.checkpoint import read_config
+
+            init = find_checkpoint(args.init, "best")
+            init_model = from_dict(ModelConfig, read_config(init).get("model"), "model")
+            cfg = load_config_from_init(args.config, args.overrides, init_model)
         else:
             cfg = load_config(args.config, args.overrides)
         run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / Path(args.config).stem
-    if args.init and args.resume:
-        raise UserError("--init starts a new run from another run's weights; --resume continues a run: give one")
-    result = train(cfg, run_dir, resume=bool(args.resume), test=evaluate_test_split,
-                   init=_init_checkpoint(args.init) if args.init else None)
+    result = train(cfg, run_dir, resume=bool(args.resume), test=evaluate_test_split, init=init)
     test = result.get("test")
     summary = {"run_dir": str(run_dir), "steps": result["step"], "best": result["best"],
                "train_minutes": round(result["train_seconds"] / 60, 2), "stop": result["stop_reason"]}
