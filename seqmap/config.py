@@ -87,6 +87,15 @@ class ModelConfig:
     n_features: int = 0  # gat: input features per node (set from the graph by `train`)
     out_heads: int = 1  # gat: heads of the output layer, averaged (the paper: 1; 8 for PubMed)
     graph_attention: str = "sparse"  # gat: sparse (one score per edge) | dense ((N, N) scores, masked)
+    sample_rate: int = 0  # speech: the audio's sample rate in Hz (set from the training data by `train`)
+    window_ms: float = 25.0  # speech: analysis window of the log-mel features (Hann), milliseconds
+    hop_ms: float = 10.0  # speech: hop between windows, milliseconds (frames before subsampling)
+    n_mels: int = 80  # speech: mel bands (librosa's filterbank)
+    conv_channels: int = 64  # speech: channels of the two stride-2 convolutions (4x fewer frames)
+    spec_augment: list[int] = field(default_factory=list)  # speech: [freq_masks, freq_width, time_masks,
+    #                                                        time_width] while training ([] = none)
+    conformer: bool = False  # speech: Conformer blocks (attention + convolution) in the encoder
+    conv_kernel: int = 15  # speech, conformer: frames seen by the depthwise convolution (odd)
 
     # RNN encoder-decoder
     rnn_cell: str = "lstm"  # rnn | lstm | gru
@@ -100,7 +109,8 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         s = "model"
-        _choice(s, "family", self.family, ("transformer", "lm", "rnn", "rnn_lm", "classifier", "vit", "gat"))
+        _choice(s, "family", self.family, ("transformer", "lm", "rnn", "rnn_lm", "classifier", "vit", "gat",
+                                           "speech"))
         _choice(s, "graph_attention", self.graph_attention, ("sparse", "dense"))
         _positive(s, "out_heads", self.out_heads)
         _choice(s, "pooling", self.pooling, ("cls", "mean"))
@@ -113,6 +123,15 @@ class ModelConfig:
         _choice(s, "rnn_attention", self.rnn_attention, ("none", "bahdanau", "dot", "general", "concat"))
         for name in ("d_model", "n_heads", "d_ff", "dec_layers", "max_len", "emb_size", "hidden_size", "patch_size"):
             _positive(s, name, getattr(self, name))
+        for name in ("n_mels", "conv_channels", "conv_kernel"):
+            _positive(s, name, getattr(self, name))
+        if self.window_ms <= 0 or self.hop_ms <= 0:
+            raise ConfigError(f"model.window_ms and model.hop_ms must be > 0, got {self.window_ms} and {self.hop_ms}")
+        if self.conv_kernel % 2 == 0:
+            raise ConfigError(f"model.conv_kernel must be odd (a window centred on its frame), got {self.conv_kernel}")
+        if self.spec_augment and (len(self.spec_augment) != 4 or min(self.spec_augment) < 0):
+            raise ConfigError("model.spec_augment must be [freq_masks, freq_width, time_masks, time_width] (each "
+                              f">= 0) or [], got {self.spec_augment}")
         if self.d_model % self.n_heads:
             raise ConfigError(f"model.d_model={self.d_model} must be divisible by model.n_heads={self.n_heads}")
         if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads):
@@ -146,6 +165,7 @@ class DataConfig:
     """
 
     task: str = "translation"  # translation | lm | classification (TSV: text in src_column, label in tgt_column)
+    #                            | speech (recordings and transcripts: an .npz or a TSV of WAV paths, seqmap.data.audio)
     #                            | image (.npz arrays or class sub-folders of images; see seqmap.data.images)
     #                            | graph (node classification: train names one graph .npz, seqmap/data/graphs.py)
     dataset: str | None = None  # a bundled corpus (tatoeba-en-zh, tinyshakespeare) instead of files
@@ -181,9 +201,25 @@ class DataConfig:
     image_size: list[int] = field(default_factory=list)  # image folders: [height, width] to resize to ([] = as read)
     image_mode: str = "auto"  # image folders: L (grey) | RGB | auto (L if every training image is grey)
     augment_shift: int = 0  # image: shift each training image by up to N pixels (a new random shift every epoch)
+    join: list[int] = field(default_factory=list)  # speech: [lo, hi] = utterances of lo..hi recordings of one
+    #                                                speaker joined with silences ([] = each recording alone)
+    join_silence: list[float] = field(default_factory=lambda: [0.05, 0.3])  # speech: silence between joined
+    #                                                                         recordings, [shortest, longest] s
+    join_count: list[int] = field(default_factory=lambda: [20000, 500, 1000])  # speech: joined utterances in
+    #                                                                             [train, valid, test]
+    join_seed: int = 0  # speech: draws other joined utterances (the same seed, the same utterances)
+    exclude_speakers: list[str] = field(default_factory=list)  # speech: speakers left out of train and valid
 
     def __post_init__(self) -> None:
-        _choice("data", "task", self.task, ("translation", "lm", *CLASSIFICATION_TASKS))
+        _choice("data", "task", self.task, ("translation", "lm", "speech", *CLASSIFICATION_TASKS))
+        if self.join and (len(self.join) != 2 or not 1 <= self.join[0] <= self.join[1]):
+            raise ConfigError(f"data.join must be [lo, hi] with 1 <= lo <= hi (recordings per utterance) or [], "
+                              f"got {self.join}")
+        if len(self.join_silence) != 2 or not 0 <= self.join_silence[0] <= self.join_silence[1]:
+            raise ConfigError(f"data.join_silence must be [shortest, longest] seconds (0 <= shortest <= longest), "
+                              f"got {self.join_silence}")
+        if len(self.join_count) != 3 or min(self.join_count) <= 0:
+            raise ConfigError(f"data.join_count must be three counts > 0 [train, valid, test], got {self.join_count}")
         _choice("data", "image_mode", self.image_mode, ("auto", "L", "RGB"))
         if self.image_size and (len(self.image_size) != 2 or min(self.image_size) <= 0):
             raise ConfigError(f"data.image_size must be [height, width] (both > 0) or [], got {self.image_size}")
@@ -240,6 +276,7 @@ class TrainConfig:
     valid_bleu: bool = True  # translation: decode the validation set greedily (any decode.beam_size) for BLEU/chrF
     valid_examples: int = 3  # source/reference/hypothesis examples written to the log
     early_stopping: str = "loss"  # best checkpoint and patience: loss | ppl | bleu | chrf | accuracy | macro_f1
+    #                               | wer | string_accuracy (speech)
     #                 (accuracy, macro_f1: equal values are ranked by the lower validation loss)
     patience: int = 0  # validations without improvement before stopping (0 = never stop early)
     patience_metrics: list[str] = field(default_factory=list)  # [] = improvement is a better early_stopping
@@ -262,9 +299,9 @@ class TrainConfig:
             raise ConfigError(f"train.decay_factor must be in (0, 1], got {self.decay_factor}")
         if not 0.0 <= self.momentum < 1.0:
             raise ConfigError(f"train.momentum must be in [0, 1), got {self.momentum}")
-        _choice("train", "early_stopping", self.early_stopping, ("loss", "ppl", *HIGHER_IS_BETTER))
+        _choice("train", "early_stopping", self.early_stopping, (*LOWER_IS_BETTER, *HIGHER_IS_BETTER))
         for name in self.patience_metrics:
-            _choice("train", "patience_metrics", name, ("loss", "ppl", *HIGHER_IS_BETTER))
+            _choice("train", "patience_metrics", name, (*LOWER_IS_BETTER, *HIGHER_IS_BETTER))
         if self.save_every < 0:
             raise ConfigError(f"train.save_every must be >= 0 (0: only the best and the last), got {self.save_every}")
         for name in ("max_tokens", "batch_size", "accum_steps", "log_every", "valid_every", "max_bad_steps"):
@@ -281,9 +318,11 @@ class TrainConfig:
             raise ConfigError("train.keep_last must be >= 1 (the latest checkpoint is needed to resume)")
 
 
-HIGHER_IS_BETTER = ("bleu", "chrf", "accuracy", "macro_f1")  # validation metrics to maximise (the rest: minimise)
+HIGHER_IS_BETTER = ("bleu", "chrf", "accuracy", "macro_f1", "string_accuracy")  # validation metrics to maximise
+LOWER_IS_BETTER = ("loss", "ppl", "wer")  # validation metrics to minimise
 CLASSIFICATION_TASKS = ("classification", "image", "graph")  # data.task values that predict one label per example
-FAMILY_OF_TASK = {"classification": "classifier", "image": "vit", "graph": "gat"}  # the family each of those needs
+FAMILY_OF_TASK = {"classification": "classifier", "image": "vit", "graph": "gat", "speech": "speech"}  # tasks that
+#                                                                                         need a family of their own
 
 
 # Fixed ranges beyond which decoding has no meaning and its float arithmetic breaks (found by
@@ -353,6 +392,10 @@ class RunConfig:
             if metric in ("bleu", "chrf", "ppl") and labelled:
                 raise ConfigError(f"train.early_stopping / patience_metrics {metric} is not measured for "
                                   f"classification (data.task={d.task}); use loss, accuracy or macro_f1")
+            if (metric in ("wer", "string_accuracy")) != (d.task == "speech") and metric in (
+                    "wer", "string_accuracy", "bleu", "chrf"):
+                raise ConfigError(f"train.early_stopping / patience_metrics {metric} is not measured for "
+                                  f"data.task={d.task}; speech validates loss, ppl, wer and string_accuracy")
         if d.task == "graph":
             if d.train is None or d.valid is not None or d.test is not None:
                 raise ConfigError("data.task=graph reads one .npz holding the graph and its train/val/test node "

@@ -173,6 +173,10 @@ def evaluate_test_split(trainer: RunTrainer) -> dict | None:
         return _image_test(trainer)
     if cfg.data.task == "graph":
         return _graph_test(trainer)
+    if cfg.data.task == "speech":
+        from seqmap.speech_evaluation import speech_test
+
+        return speech_test(trainer)
     lm = cfg.data.task == "lm"
     test = data.test if lm else data.test_text
     if not test:

@@ -106,6 +106,32 @@ def ter(hyps: Sequence[str], refs: Refs, case_sensitive: bool = False, asian_sup
     return Score(result.score, str(metric.get_signature()), details, "TER")
 
 
+def edit_distance(hyp: Sequence[str], ref: Sequence[str]) -> int:
+    """Levenshtein distance between two token lists (substitutions, insertions, deletions all cost 1)."""
+    row = list(range(len(ref) + 1))
+    for i, h in enumerate(hyp, 1):
+        diagonal, row[0] = row[0], i
+        for j, r in enumerate(ref, 1):
+            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (h != r))
+    return row[-1]
+
+
+def word_error_rate(hyps: Sequence[str], refs: Sequence[str]) -> dict:
+    """Word error rate (percent: edit distance over whitespace words / reference words, summed over the set)
+    and string accuracy (percent of outputs equal to their reference word for word). For spoken digit
+    strings whose words are digits, the word error rate is the digit error rate."""
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} outputs for {len(refs)} references")
+    errors = words = exact = 0
+    for hyp, ref in zip(hyps, refs):
+        h, r = hyp.split(), ref.split()
+        errors += edit_distance(h, r)
+        words += len(r)
+        exact += h == r
+    return {"wer": 100.0 * errors / max(words, 1), "string_accuracy": 100.0 * exact / max(len(refs), 1),
+            "errors": errors, "words": words}
+
+
 def moses_lc_tok(texts: Sequence[str], lang: str) -> list[str]:
     """Lowercase, normalise punctuation and tokenize with sacremoses, as Multi30k's ``task1-tokenize.sh`` does.
 

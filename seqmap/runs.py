@@ -80,4 +80,4 @@ def load_run(path: str | Path, which: str = "best", device: str | torch.device =
     device = torch.device(device)
     model.to(device).eval()
     labels = LabelSet.load(tok_dir / LABELS_FILE) if task in CLASSIFICATION_TASKS else None
-    return LoadedRun(cfg, model, None if task == "lm" else src_tok, tgt_tok, checkpoint, device, labels)
+    return LoadedRun(cfg, model, None if task in ("lm", "speech") else src_tok, tgt_tok, checkpoint, device, labels)

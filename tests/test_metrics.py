@@ -109,3 +109,25 @@ def test_bleu_lc_tok_ignores_case_and_tokenization_of_the_hypotheses():
     assert bleu_lc_tok(HYPS, refs, "en").value < 100.0
     dont = bleu_lc_tok(["I don't know."], ["i don &apos;t know ."], "en")
     assert dont.value == pytest.approx(100.0)  # Moses escapes the apostrophe and splits "n't"
+
+
+def test_edit_distance_counts_substitutions_insertions_and_deletions():
+    from seqmap.metrics import edit_distance
+
+    assert edit_distance([], []) == 0
+    assert edit_distance(list("123"), list("123")) == 0
+    assert edit_distance(list("1 3".split()), list("123")) == 1  # one deletion
+    assert edit_distance(list("1293"), list("123")) == 1  # one insertion
+    assert edit_distance(list("173"), list("123")) == 1  # one substitution
+    assert edit_distance(list("kitten"), list("sitting")) == 3
+    assert edit_distance([], list("abc")) == 3 and edit_distance(list("abc"), []) == 3
+
+
+def test_word_error_rate_sums_errors_over_the_set():
+    from seqmap.metrics import word_error_rate
+
+    out = word_error_rate(["1 2 3", "4 5", ""], ["1 2 3", "4 6 7", "8"])
+    assert (out["errors"], out["words"]) == (0 + 2 + 1, 3 + 3 + 1)
+    assert out["wer"] == pytest.approx(100 * 3 / 7) and out["string_accuracy"] == pytest.approx(100 / 3)
+    with pytest.raises(ValueError, match="2 outputs for 1 references"):
+        word_error_rate(["a", "b"], ["a"])

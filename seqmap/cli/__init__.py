@@ -27,14 +27,14 @@ import argparse
 import sys
 
 import seqmap
-from seqmap.cli import average, classify, data, evaluate, generate, hub, plot, toy, train, translate
+from seqmap.cli import average, classify, data, evaluate, generate, hub, plot, toy, train, transcribe, translate
 from seqmap.cli.common import USAGE_ERROR, UserError
 from seqmap.config import ConfigError
 
 __all__ = ["USAGE_ERROR", "UserError", "build_parser", "main"]
 
 # in the order `seqmap --help` lists them
-VERBS = (train, translate, evaluate, generate, classify, average, data, hub, plot, toy)
+VERBS = (train, translate, transcribe, evaluate, generate, classify, average, data, hub, plot, toy)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,9 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)}")
     args.overrides = overrides
-    if isinstance(getattr(args, "text", None), list):  # translate: sentences after an option land in overrides
-        args.overrides, stray = _split_overrides(overrides)
-        args.text = [*args.text, *stray]
+    for name in ("text", "audio"):  # translate, transcribe: inputs after an option land in overrides
+        if isinstance(getattr(args, name, None), list):
+            args.overrides, stray = _split_overrides(overrides)
+            setattr(args, name, [*getattr(args, name), *stray])
     try:
         return args.handler(args)
     except (UserError, ConfigError, *_user_errors()) as e:

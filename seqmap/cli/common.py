@@ -35,7 +35,8 @@ def run_parser(commands, name: str, help_: str, description: str, epilog: str) -
 
 USE_FOR = {"translation": "seqmap translate / evaluate", "lm": "seqmap generate",
            "classification": "seqmap classify", "image": "seqmap classify",
-           "graph": "seqmap evaluate / seqmap plot attention --node"}  # what to run on each data.task
+           "graph": "seqmap evaluate / seqmap plot attention --node",
+           "speech": "seqmap transcribe / evaluate"}  # what to run on each data.task
 
 
 def load(args: argparse.Namespace, task: str | tuple[str, ...] | None = None):

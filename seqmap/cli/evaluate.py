@@ -15,12 +15,15 @@ def add_parser(commands) -> None:
         "language: zh for Chinese, 13a otherwise) and report the reference perplexity.",
         "examples:\n  seqmap evaluate runs/de-en --src data/multi30k/test2016.de --ref data/multi30k/test2016.en\n"
         "  seqmap evaluate runs/sections --data test.tsv --confusion confusion.png\n"
-        "  seqmap evaluate runs/cora-gat --confusion confusion.png   (a graph run: its test nodes)")
+        "  seqmap evaluate runs/cora-gat --confusion confusion.png   (a graph run: its test nodes)\n"
+        "  seqmap evaluate runs/fsdd_digits   (a speech run: its test utterances, WER per speaker)")
     evaluate.add_argument("--src", help="source sentences, one per line")
     evaluate.add_argument("--ref", help="reference translations, aligned with --src")
     evaluate.add_argument("--data", help="a classifier: a TSV of text<TAB>label rows (the columns of data.src_column "
                                          "and data.tgt_column); an image classifier: an .npz or a folder of class "
-                                         "sub-folders; a graph run: the graph .npz (default: its data.train)")
+                                         "sub-folders; a graph run: the graph .npz (default: its data.train); a speech "
+                                         "run: an .npz of recordings or a TSV of WAV paths and transcripts (its test "
+                                         "recordings, joined as the run's data.join says; default: its test split)")
     evaluate.add_argument("--split", choices=("train", "val", "test"), default="test",
                           help="a graph run: the nodes to score (default: test)")
     evaluate.add_argument("--confusion", help="a classifier: also draw the confusion matrix here (.png or .svg)")
@@ -44,6 +47,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     run = load(args)
     if run.cfg.data.task == "graph":
         return _evaluate_graph(run, args)
+    if run.cfg.data.task == "speech":
+        return _evaluate_speech(run, args)
     if run.cfg.data.task in ("classification", "image"):
         return _evaluate_classifier(run, args)
     if args.src is None or args.ref is None:
@@ -121,4 +126,26 @@ def _evaluate_graph(run, args: argparse.Namespace) -> int:
         plot_confusion(result["confusion"], data.class_names, args.confusion,
                        title=f"{data.graph.name} {args.split} nodes: accuracy {result['accuracy']:.1f}%")
         print(f"confusion matrix written to {args.confusion}")
+    return 0
+
+
+def _evaluate_speech(run, args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from seqmap.data.pipeline import speech_split
+    from seqmap.speech_evaluation import evaluate_utterances, speaker_table
+
+    data_cfg = dataclasses.replace(run.cfg.data, test=args.data) if args.data else run.cfg.data
+    utterances = speech_split(data_cfg, "test", run.model.frontend.sample_rate)
+    if utterances is None:
+        raise UserError(f"{args.run_dir} names no test recordings; give them with --data FILE (.npz or .tsv)")
+    out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / "test.hyp"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    decode = decode_config(run, args)
+    result = evaluate_utterances(run, utterances, decode, out=out)
+    print(f"WER = {result['wer']:.2f}   ({result['errors']} errors in {result['words']} words; beam "
+          f"{decode.beam_size})")
+    print(f"string accuracy = {result['string_accuracy']:.2f}   ({result['utterances']} utterances)")
+    print("\n".join(speaker_table(result, tuple(run.cfg.data.exclude_speakers))))
+    print(f"transcripts (reference, hypothesis, speaker) written to {out}")
     return 0

@@ -38,6 +38,7 @@ def add_parser(commands) -> None:
     plot.add_argument("--out", required=True, help="output image, .png or .svg")
     plot.add_argument("--text", help="attention: the source sentence (an LM: the text)")
     plot.add_argument("--image", help="attention: an image file, for an image classifier (model.family=vit)")
+    plot.add_argument("--audio", help="attention: an audio file (WAV), for a speech run (model.family=speech)")
     plot.add_argument("--hyp", help="attention: force this output instead of decoding one")
     plot.add_argument("--node", type=int, help="attention, a graph run: the node whose neighbourhood to draw")
     plot.add_argument("--data", help="attention, a graph run: the graph .npz (default: the run's data.train)")
@@ -72,9 +73,9 @@ def _plot(args: argparse.Namespace, visualize) -> None:
     elif args.what == "curves":
         visualize.plot_curves(args.run_dir, out, title=args.title)
     else:
-        if not args.text and args.node is None and not args.image:
+        if not args.text and args.node is None and not args.image and not args.audio:
             raise UserError("seqmap plot attention needs --text SENTENCE (an image classifier: --image FILE; a graph "
-                            "run: --node ID)")
+                            "run: --node ID; a speech run: --audio FILE)")
         from seqmap.runs import load_run
 
         run = load_run(args.run_dir, args.checkpoint)
@@ -84,6 +85,12 @@ def _plot(args: argparse.Namespace, visualize) -> None:
                 raise UserError(f"{args.run_dir} classifies images: seqmap plot attention needs --image FILE")
             visualize.plot_image_attention(run, args.image, out, head=None if head == "mean" else head,
                                            title=args.title)
+            return
+        if (run.cfg.data.task == "speech") != bool(args.audio):
+            raise UserError(f"{args.run_dir} is a speech run: plot it with --audio FILE" if not args.audio else
+                            f"--audio is for speech runs; {args.run_dir} has data.task={run.cfg.data.task}")
+        if args.audio:
+            visualize.plot_speech_attention(run, args.audio, out, layer=args.layer, head=head, title=args.title)
             return
         if (run.cfg.data.task == "graph") != (args.node is not None):
             raise UserError(f"{args.run_dir} is a graph run: plot it with --node ID" if args.node is None else

@@ -71,6 +71,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if "baseline" in test:  # TF-IDF + logistic regression on the same rows
             b = test["baseline"]
             summary.update(baseline_accuracy=round(b["accuracy"], 2), baseline_macro_f1=round(b["macro_f1"], 2))
+    elif test and "wer" in test:
+        summary.update(test_wer=round(test["wer"], 2), test_string_accuracy=round(test["string_accuracy"], 2))
     elif test:
         summary.update(test_ppl=round(test["ppl"], 2))
     print("result " + json.dumps(summary, ensure_ascii=False))

@@ -24,6 +24,7 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -310,6 +311,28 @@ def collate_pairs(
         raise ValueError("collate_pairs got no examples")
     src, src_mask = _pad([torch.as_tensor(s, dtype=torch.long).reshape(-1) for s, _ in examples], pad_id)
     tgt_in, tgt_out, tgt_mask = _shifted([t for _, t in examples], pad_id, bos_id, eos_id)
+    return Batch(src, src_mask, tgt_in, tgt_out, tgt_mask, int(tgt_mask.sum()))
+
+
+def pad_waves(waves: Sequence[np.ndarray | Tensor]) -> tuple[Tensor, Tensor]:
+    """(B, N) float32 waveforms right-padded with zeros and their (B, N) sample mask (True = real)."""
+    width = max(1, max(len(w) for w in waves))
+    out = torch.zeros((len(waves), width), dtype=torch.float32)
+    mask = torch.zeros((len(waves), width), dtype=torch.bool)
+    for b, wave in enumerate(waves):
+        out[b, : len(wave)] = torch.as_tensor(wave, dtype=torch.float32)
+        mask[b, : len(wave)] = True
+    return out, mask
+
+
+def collate_speech(waves: Sequence[np.ndarray | Tensor], targets: Sequence[Sequence[int]], pad_id: int = PAD,
+                   bos_id: int = BOS, eos_id: int = EOS) -> Batch:
+    """Waveforms and their transcripts' ids as a :class:`Batch`: ``src`` (B, N) samples, ``src_mask`` (B, N)."""
+    if not waves or len(waves) != len(targets):
+        raise ValueError(f"collate_speech needs as many waveforms as targets (> 0), got {len(waves)} and "
+                         f"{len(targets)}")
+    src, src_mask = pad_waves(waves)
+    tgt_in, tgt_out, tgt_mask = _shifted(targets, pad_id, bos_id, eos_id)
     return Batch(src, src_mask, tgt_in, tgt_out, tgt_mask, int(tgt_mask.sum()))
 
 

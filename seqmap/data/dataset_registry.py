@@ -23,6 +23,7 @@ from seqmap.data.bundled_corpora import (
 )
 from seqmap.data.dataset_files import DatasetError, SourceFile, write_file, write_lines
 from seqmap.data.debian import build_descriptions, descriptions_tsv, write_classification_splits
+from seqmap.data.fsdd import FSDD_ARCHIVE, FSDD_ARRAYS_SHA256, build_npz
 from seqmap.data.graphs import PLANETOID_SHA256
 from seqmap.data.planetoid import PLANETOID_PARTS, verified_planetoid_npz
 
@@ -122,6 +123,10 @@ def _write_debian(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> l
     return write_classification_splits(contents["descriptions.tsv.gz"], dest)
 
 
+def _build_fsdd(raw: dict[str, bytes]) -> dict[str, bytes]:
+    return {"fsdd.npz": build_npz(raw[FSDD_ARCHIVE])}
+
+
 def _build_debian(raw: dict[str, bytes]) -> dict[str, bytes]:
     rows = build_descriptions(raw["Translation-en.bz2"].decode("utf-8"), raw["Packages.xz"].decode("utf-8"))
     return {"descriptions.tsv.gz": descriptions_tsv(rows)}
@@ -219,6 +224,19 @@ DATASETS: dict[str, Dataset] = {
             # such as the project's compressed one verify alike
             files=(SourceFile("mnist.npz", "b3c81e78b40165819b768933d0abfcaf55bf9631f1ddfe3ce812b7f7bc2bc3d5",
                               "mnist.npz", digest="npz-arrays"),),
+        ),
+        Dataset(
+            name="fsdd",
+            description="Free Spoken Digit Dataset: 3,000 recordings of spoken digits, 6 speakers, 8 kHz, as fsdd.npz "
+            "(takes 0-4 are the official test set)",
+            license="CC BY-SA 4.0 (the repository README's License section). Attribute FSDD (Zohar Jackson et al., "
+            "Zenodo DOI in the README) and share derivatives alike.",
+            base_url="https://github.com/Jakobovski/free-spoken-digit-dataset/archive",
+            # GitHub's archives are not byte-stable, so the archive has no checksum of its own: the arrays built
+            # from it (and a local copy's) are checked against those of the pinned commit's recordings
+            raw=(SourceFile(FSDD_ARCHIVE, ""),),
+            build=_build_fsdd,
+            files=(SourceFile("fsdd.npz", FSDD_ARRAYS_SHA256, "fsdd.npz", digest="npz-arrays"),),
         ),
         Dataset(
             name="ptb",

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from seqmap.config import DataConfig
 from seqmap.data import datasets
+from seqmap.data.audio import SPLITS, Utterances, join, read_recordings, single
 from seqmap.data.corpus import DataError, FilterReport, cached_encode, filter_pairs, read_lines, read_parallel, read_tsv
 from seqmap.data.graphs import GraphData, load_planetoid
 from seqmap.data.images import ImageSet, pixel_stats, read_split
@@ -336,3 +337,61 @@ def load_lm(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) 
     if len(data.valid) < 2:
         raise DataError("the validation text is empty; set data.valid to a non-empty text file")
     return data
+
+
+@dataclass
+class SpeechData:
+    tok: Tokenizer  # the transcripts' tokenizer (``tokenizer/``)
+    train: Utterances
+    valid: Utterances
+    test: Utterances | None
+    train_ids: list[list[int]]  # token ids of each training / validation transcript
+    valid_ids: list[list[int]]
+
+
+JOIN_SEEDS = {"train": 1, "valid": 2, "test": 3}  # + data.join_seed: each split draws its own utterances
+
+
+def speech_split(cfg: DataConfig, split: str, sample_rate: int | None = None) -> Utterances | None:
+    """A split's utterances: ``data.<split>``, or the recordings of ``data.train`` marked with that split;
+    ``data.exclude_speakers`` left out of train and valid; joined when ``data.join`` is set."""
+    path = getattr(cfg, split) or cfg.train
+    if path is None:
+        return None
+    source = read_recordings(path, sample_rate)
+    if source.splits is None and path != getattr(cfg, split):
+        return None  # nothing in data.train says which recordings are valid / test
+    keep = [k for k in range(len(source)) if (source.splits is None or source.splits[k] == split)
+            and not (split != "test" and source.speakers[k] in cfg.exclude_speakers)]
+    if not keep:
+        raise DataError(f"no {split} recordings in {path}" + (" after data.exclude_speakers" if
+                                                               cfg.exclude_speakers else ""))
+    recordings = source.select(keep)
+    if not cfg.join:
+        return single(recordings)
+    count = cfg.join_count[SPLITS.index(split)]
+    return join(recordings, count, cfg.join[0], cfg.join[1], tuple(cfg.join_silence), JOIN_SEEDS[split] +
+                cfg.join_seed * 1000)
+
+
+def load_speech(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> SpeechData:
+    """Utterances and their transcripts (see ``seqmap.data.audio``); the tokenizer is trained on the training
+    transcripts. No utterance is dropped: every transcript is kept whole (``data.max_len`` does not apply)."""
+    if cfg.train is None:
+        raise DataError("no training data: set data.train to an .npz of recordings or a .tsv manifest of WAV files")
+    train = speech_split(cfg, "train")
+    valid = speech_split(cfg, "valid", train.sample_rate)
+    if valid is None:
+        raise DataError(f"no validation data: set data.valid, or give {cfg.train} a split per recording")
+    test = speech_split(cfg, "test", train.sample_rate)
+    texts = [train.text(i) for i in range(len(train))]
+    tok, _ = tokenizers_for(cfg, texts, texts, run_dir, log)
+    train_ids = [tok.encode(t) for t in texts]
+    valid_ids = [tok.encode(valid.text(i)) for i in range(len(valid))]
+    hours = sum(train.length(i) for i in range(len(train))) / train.sample_rate / 3600
+    log(f"speech: {len(train)} train ({hours:.2f} h) / {len(valid)} valid / {0 if test is None else len(test)} test "
+        f"utterances at {train.sample_rate} Hz" + (f", each {cfg.join[0]}-{cfg.join[1]} recordings joined"
+                                                    if cfg.join else "")
+        + (f"; speakers {', '.join(cfg.exclude_speakers)} left out of train and valid" if cfg.exclude_speakers
+           else ""))
+    return SpeechData(tok, train, valid, test, train_ids, valid_ids)

@@ -14,7 +14,10 @@ from seqmap.models.classifier import TransformerClassifier
 from seqmap.models.gat import GAT
 from seqmap.models.lm import DecoderOnlyLM
 from seqmap.models.rnn_lm import RNNLM
+from seqmap.models.speech import SpeechTransformer
 from seqmap.models.transformer import Transformer, TransformerDecoder, TransformerEncoder
+from seqmap.nn.audio import AudioFrontEnd
+from seqmap.nn.conformer import ConformerLayer, ConvModule
 from seqmap.nn.layers import DecoderLayer, EncoderLayer, FeedForward, TokenEmbedding, make_norm
 from seqmap.nn.multihead import MultiHeadAttention
 from seqmap.nn.patches import PatchEmbedding
@@ -22,13 +25,15 @@ from seqmap.nn.positional import build_positional
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
-    """Build the model family named by ``cfg.family`` (transformer, lm, rnn, rnn_lm, classifier, vit or gat)."""
+    """Build the model family named by ``cfg.family`` (transformer, lm, rnn, rnn_lm, classifier, vit, gat, speech)."""
     if cfg.family == "gat":
         return build_gat(cfg)
     if cfg.tgt_vocab <= 0 and cfg.family != "vit":
         raise ConfigError("model.tgt_vocab must be set (> 0): the size of the target vocabulary")
     if cfg.family == "vit":
         return build_vit(cfg)
+    if cfg.family == "speech":
+        return build_speech(cfg)
     if cfg.family not in ("lm", "rnn_lm") and cfg.src_vocab <= 0:
         raise ConfigError("model.src_vocab must be set (> 0): the size of the source vocabulary")
     if cfg.family == "transformer":
@@ -163,6 +168,36 @@ def build_vit(cfg: ModelConfig) -> TransformerClassifier:
     model = TransformerClassifier(encoder, cfg.n_classes, cfg.pooling, cfg.dropout)
     _init_linears(model)
     return model
+def build_speech(cfg: ModelConfig) -> SpeechTransformer:
+    """The Transformer encoder-decoder over audio frames (Conformer encoder blocks with ``cfg.conformer``)."""
+    if cfg.sample_rate <= 0:
+        raise ConfigError("model.sample_rate must be set (> 0): the audio's rate in Hz (set by `seqmap train`)")
+    n_fft, hop = round(cfg.sample_rate * cfg.window_ms / 1000), round(cfg.sample_rate * cfg.hop_ms / 1000)
+    if n_fft < 8 or hop < 1:
+        raise ConfigError(f"model.window_ms={cfg.window_ms} / hop_ms={cfg.hop_ms} at {cfg.sample_rate} Hz give "
+                          f"windows of {n_fft} and hops of {hop} samples; lengthen them")
+    if cfg.n_mels < 7:
+        raise ConfigError(f"model.n_mels={cfg.n_mels} is too few for the 4x subsampling; use at least 7 (e.g. 40)")
+    frontend = AudioFrontEnd(cfg.sample_rate, n_fft, hop, cfg.n_mels, cfg.conv_channels, cfg.d_model,
+                             tuple(cfg.spec_augment) or (0, 0, 0, 0))
+    if cfg.conformer:
+        layers = [ConformerLayer(_attention(cfg), _ff(cfg), _ff(cfg), ConvModule(cfg.d_model, cfg.conv_kernel,
+                                                                                 cfg.dropout),
+                                 cfg.d_model, cfg.dropout) for _ in range(cfg.enc_layers)]
+        encoder_norm = nn.Identity()  # every Conformer block ends with its own norm
+    else:
+        layers, encoder_norm = [_encoder_layer(cfg, causal=False) for _ in range(cfg.enc_layers)], _final_norm(cfg)
+    encoder = TransformerEncoder(None, _positional(cfg, causal=False), layers, encoder_norm, cfg.dropout)
+    tgt_embedding = TokenEmbedding(cfg.tgt_vocab, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
+    decoder = TransformerDecoder(
+        tgt_embedding, _positional(cfg, causal=True),
+        [_decoder_layer(cfg) for _ in range(cfg.dec_layers)], _final_norm(cfg),
+        _output(cfg, tgt_embedding), cfg.dropout)
+    model = SpeechTransformer(frontend, encoder, decoder)
+    _init_linears(model)
+    return model
+
+
 def build_gat(cfg: ModelConfig) -> GAT:
     """The two-layer GAT: ``n_heads`` heads of ``d_model / n_heads`` features, ``out_heads`` averaged output heads."""
     if cfg.n_features <= 0:

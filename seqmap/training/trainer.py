@@ -49,6 +49,7 @@ from seqmap.data.batching import (
     collate_images,
     collate_labels,
     collate_pairs,
+    collate_speech,
     fixed_size_batches,
     lm_random_chunks,
     lm_stream_rows,
@@ -57,7 +58,14 @@ from seqmap.data.batching import (
     token_budget_batches,
 )
 from seqmap.data.images import random_shift
-from seqmap.data.pipeline import load_classification, load_graph, load_images, load_lm, load_translation
+from seqmap.data.pipeline import (
+    load_classification,
+    load_graph,
+    load_images,
+    load_lm,
+    load_speech,
+    load_translation,
+)
 from seqmap.data.tokenizers import PAD
 from seqmap.models.builder import build_model
 from seqmap.training import distributed
@@ -355,7 +363,7 @@ class RunTrainer:
 
         # data: rank 0 trains the tokenizer (or keeps the --init run's) and fills the cache, the others then read them
         load = {"lm": load_lm, "translation": load_translation, "classification": load_classification,
-                "image": load_images, "graph": load_graph}[cfg.data.task]
+                "image": load_images, "graph": load_graph, "speech": load_speech}[cfg.data.task]
         if not self.dist.is_main:
             distributed.barrier(self.dist)
         self.data = load(cfg.data, self.run_dir, self.log.info)
@@ -409,6 +417,8 @@ class RunTrainer:
             c, h, w = data.train.shape
             return dict(n_classes=len(data.labels), image_channels=c, image_height=h, image_width=w,
                         pixel_mean=data.mean, pixel_std=data.std, src_vocab=0, tgt_vocab=0, pad_id=PAD)
+        if task == "speech":
+            return dict(src_vocab=0, tgt_vocab=data.tok.vocab_size, pad_id=PAD, sample_rate=data.train.sample_rate)
         tgt_tok = data.tgt_tok if task == "translation" else data.tok
         src_tok = {"translation": getattr(data, "src_tok", None), "classification": tgt_tok}.get(task)
         return dict(src_vocab=src_tok.vocab_size if src_tok else 0, tgt_vocab=tgt_tok.vocab_size, pad_id=PAD,
@@ -462,6 +472,17 @@ class RunTrainer:
         return self._epoch_batches(
             lambda epoch: fixed_size_batches(len(labels), t.batch_size, shuffle=True, seed=t.seed, epoch=epoch),
             make_batch)
+
+    def _speech_batches(self):
+        """Utterances in ``train.max_tokens`` budgets of encoder frames (or target tokens), length-bucketed and
+        shuffled per epoch; the waveforms are built (joined) when their batch is made."""
+        train, ids, frontend = self.data.train, self.data.train_ids, self.model.frontend
+        frames = frontend.frame_lengths(torch.tensor([train.length(i) for i in range(len(train))])).tolist()
+        t = self.cfg.train
+        return self._epoch_batches(
+            lambda epoch: token_budget_batches(frames, [len(x) + 1 for x in ids], t.max_tokens, shuffle=True,
+                                               seed=t.seed, epoch=epoch),
+            lambda indices, *_: collate_speech([train.wave(i) for i in indices], [ids[i] for i in indices]))
 
     def _graph_batches(self):
         """The whole graph, scored on the training nodes, once per epoch (one step = one epoch)."""
@@ -522,7 +543,7 @@ class RunTrainer:
     def run(self) -> dict:
         batches = {"lm": self._lm_batches, "translation": self._translation_batches,
                    "classification": self._classification_batches, "image": self._image_batches,
-                   "graph": self._graph_batches}[self.cfg.data.task]()
+                   "graph": self._graph_batches, "speech": self._speech_batches}[self.cfg.data.task]()
         result = self.trainer.run(batches, validate=self._validate_and_save)
         if self.dist.is_main and self._unsaved is not None:  # train.save_every skipped the last validation
             self._save(*self._unsaved)

@@ -18,11 +18,13 @@ from seqmap.data.batching import (
     collate_images,
     collate_labels,
     collate_pairs,
+    collate_speech,
     fixed_size_batches,
     lm_chunks,
     token_budget_batches,
 )
 from seqmap.data.tokenizers import PAD
+from seqmap.decoding.speech import transcribe
 from seqmap.decoding.text import translate_ids
 from seqmap.training.loss import label_nll, label_smoothed_nll
 
@@ -45,6 +47,13 @@ def translation_batches(pairs, max_tokens: int):
     tgt_len = [len(t) + 1 for _, t in pairs]
     for indices in token_budget_batches(src_len, tgt_len, max_tokens, shuffle=False):
         yield collate_pairs([pairs[i] for i in indices])
+
+
+def speech_batches(model, utterances, ids: list[list[int]], max_tokens: int):
+    """Utterances and their transcripts' ids in budgets of encoder frames, in length order (no shuffling)."""
+    frames = model.frontend.frame_lengths(torch.tensor([utterances.length(i) for i in range(len(ids))])).tolist()
+    for indices in token_budget_batches(frames, [len(x) + 1 for x in ids], max_tokens, shuffle=False):
+        yield collate_speech([utterances.wave(i) for i in indices], [ids[i] for i in indices])
 
 
 def eval_context(data: DataConfig) -> int:
@@ -140,19 +149,24 @@ def validate(model, data, cfg: RunConfig, device, log) -> dict:
             return out
         if cfg.data.task == "lm":
             batches = lm_batches(data.valid, eval_context(cfg.data), cfg.train.batch_size)
+        elif cfg.data.task == "speech":
+            batches = speech_batches(model, data.valid, data.valid_ids, cfg.train.max_tokens)
         else:
             batches = translation_batches(data.valid, cfg.train.max_tokens)
         nll_sum, n_tokens = summed_nll(model, batches, device)
         out = {"loss": nll_sum / max(n_tokens, 1), "ppl": mt.perplexity(nll_sum, n_tokens), "tokens": n_tokens}
         if cfg.data.task == "translation" and cfg.train.valid_bleu and data.valid:
             out.update(_decode_and_score(model, data, cfg, device, log))
+        if cfg.data.task == "speech":
+            out.update(_transcribe_and_score(model, data, cfg, device, log))
     finally:
         model.train(was_training)
     shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in out.items()
                       if k not in ("bleu_signature", "chrf_signature"))
     how = ""
-    if "bleu" in out and cfg.decode.beam_size > 1:  # greedy is cheaper; the choice between checkpoints rarely differs
-        how = f" (BLEU by greedy decoding; test and translate use decode.beam_size={cfg.decode.beam_size})"
+    if ("bleu" in out or "wer" in out) and cfg.decode.beam_size > 1:  # greedy is cheaper; it rarely changes the choice
+        how = (f" ({'BLEU' if 'bleu' in out else 'WER'} by greedy decoding; the test and "
+               f"{'translate' if 'bleu' in out else 'transcribe'} use decode.beam_size={cfg.decode.beam_size})")
     log(f"validation{how}: {shown}")
     return out
 
@@ -171,3 +185,15 @@ def _decode_and_score(model, data, cfg: RunConfig, device, log) -> dict:
             "chrf_signature": chrf.signature}
 
 
+
+
+def _transcribe_and_score(model, data, cfg: RunConfig, device, log) -> dict:
+    """Greedy transcripts of the validation utterances: word (digit) error rate and string accuracy."""
+    d, valid = cfg.decode, data.valid
+    hyps = transcribe(model, data.tok, [valid.wave(i) for i in range(len(valid))], max_tokens=d.max_tokens,
+                      max_len_a=d.max_len_a, max_len_b=d.max_len_b, beam_size=1, device=device)
+    refs = [valid.text(i) for i in range(len(valid))]
+    for i in range(min(cfg.train.valid_examples, len(refs))):
+        log(f"  reference  {refs[i]}\n           hypothesis {hyps[i]}")
+    scores = mt.word_error_rate(hyps, refs)
+    return {"wer": scores["wer"], "string_accuracy": scores["string_accuracy"]}

@@ -7,6 +7,7 @@
     plot_confusion(matrix, class_names, "confusion.png")            # a classifier's gold x predicted counts
     plot_image_attention(load_run(vit_run), "digit.png", "a.png")   # ViT: attention rollout over the image
     plot_node_attention(run, graph_data, 5, "node5.png")            # a GAT node's attention over its neighbours
+    plot_speech_attention(load_run(asr_run), "digits.wav", "a.png") # speech: alignment over the spectrogram
 
 Every function builds a ``matplotlib.figure.Figure`` directly (no pyplot): no GUI
 backend is touched, no global figure is left open, and the figure is returned for
@@ -27,6 +28,8 @@ from seqmap.visualize.figures import FORMATS, figure_inches, save_figure
 from seqmap.visualize.graph_attention import plot_node_attention
 from seqmap.visualize.image_attention import plot_image_attention
 from seqmap.visualize.positional import plot_positional
+from seqmap.visualize.speech_attention import plot_speech_attention
 
 __all__ = ["FORMATS", "attention_rollout", "figure_inches", "plot_attention", "plot_confusion", "plot_curves",
-           "plot_image_attention", "plot_node_attention", "plot_positional", "plot_run_attention", "save_figure"]
+           "plot_image_attention", "plot_node_attention", "plot_positional", "plot_run_attention",
+           "plot_speech_attention", "save_figure"]

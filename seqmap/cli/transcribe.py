@@ -1,0 +1,40 @@
+"""``seqmap transcribe RUN_DIR AUDIO ... [--input LIST]``: the transcript of each audio file, by a speech run."""
+
+from __future__ import annotations
+
+import argparse
+
+from seqmap.cli.common import UserError, decode_config, load, run_parser
+
+
+def add_parser(commands) -> None:
+    transcribe = run_parser(
+        commands, "transcribe", "the transcript of each audio file, by a trained speech model",
+        "Print one line per file: the file name, a tab, and its transcript.\n"
+        "Files are WAV (or FLAC, OGG: anything libsndfile reads). Stereo is mixed down to mono and\n"
+        "another sample rate is resampled to the model's (soxr). Decoding follows the run's decode\n"
+        "config; change it with --decode.KEY VALUE (e.g. --decode.beam_size 1).",
+        "examples:\n  seqmap transcribe runs/fsdd_digits digits.wav\n"
+        "  seqmap transcribe runs/fsdd_digits --input files.txt --decode.beam_size 1")
+    transcribe.add_argument("audio", nargs="*", metavar="AUDIO", help="audio files to transcribe")
+    transcribe.add_argument("--input", help="a file listing audio files, one path per line")
+    transcribe.set_defaults(handler=cmd_transcribe)
+
+
+def cmd_transcribe(args: argparse.Namespace) -> int:
+    from seqmap.data.audio import read_wav
+    from seqmap.data.corpus import read_lines
+    from seqmap.decoding.speech import transcribe
+
+    if args.audio and args.input:
+        raise UserError("give audio files as arguments or --input LIST, not both")
+    run = load(args, task="speech")
+    decode = decode_config(run, args)
+    paths = read_lines(args.input, "--input") if args.input else args.audio
+    if not paths:
+        raise UserError("nothing to transcribe: give AUDIO files, or --input LIST (one path per line)")
+    rate = run.model.frontend.sample_rate
+    waves = [read_wav(p, rate)[0] for p in paths]
+    for path, text in zip(paths, transcribe(run.model, run.tgt_tok, waves, decode, device=run.device)):
+        print(f"{path}\t{text}")
+    return 0

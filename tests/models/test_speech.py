@@ -1,0 +1,98 @@
+"""The speech Transformer (and its Conformer encoder): protocol invariants on waveforms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("librosa", reason="the speech extra (pip install 'seqmap[speech]') is not installed")
+
+from seqmap.config import ConfigError, ModelConfig  # noqa: E402
+from seqmap.data.batching import pad_waves  # noqa: E402
+from seqmap.decoding.beam import beam_search  # noqa: E402
+from seqmap.decoding.greedy import greedy  # noqa: E402
+from seqmap.models.builder import build_model  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+VOCAB = 14
+
+
+def model(conformer: bool = False, **kw):
+    torch.manual_seed(0)
+    cfg = ModelConfig(family="speech", sample_rate=8000, tgt_vocab=VOCAB, d_model=16, n_heads=2, d_ff=32,
+                      enc_layers=2, dec_layers=1, n_mels=16, conv_channels=4, dropout=0.0, conformer=conformer,
+                      conv_kernel=5, **kw)
+    return build_model(cfg).eval()
+
+
+def waves(*lengths: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [(0.3 * rng.standard_normal(n)).astype(np.float32) for n in lengths]
+
+
+@pytest.mark.parametrize("conformer", [False, True])
+def test_padding_frames_get_exactly_zero_cross_attention_and_change_nothing(conformer):
+    m = model(conformer)
+    src, mask = pad_waves(waves(1500, 3000))
+    tgt = torch.tensor([[1, 5, 6], [1, 7, 8]])
+    with torch.no_grad():
+        memory = m.encode(src, mask)
+        _, _, attn = m.decode_step(tgt, memory, None, need_attention=True)  # (B, L, H, t, S)
+        short = int(memory.mask[0].sum())
+        assert short < memory.mask.size(1)
+        assert attn[0, ..., short:].abs().max() == 0
+        alone = m(src[:1, :1500], None, tgt[:1])
+        batched = m(src, mask, tgt)
+    torch.testing.assert_close(batched[0], alone[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("conformer", [False, True])
+def test_incremental_decoding_equals_the_full_forward_pass(conformer):
+    m = model(conformer)
+    src, mask = pad_waves(waves(2000, 2600))
+    tgt = torch.tensor([[1, 5, 6, 7], [1, 8, 9, 10]])
+    with torch.no_grad():
+        full = m(src, mask, tgt)
+        memory, state, steps = m.encode(src, mask), None, []
+        for t in range(tgt.size(1)):
+            logits, state, _ = m.decode_step(tgt[:, t:t + 1], memory, state)
+            steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-4, atol=1e-5)
+
+
+def test_beam_of_one_is_greedy():
+    m = model()
+    src, mask = pad_waves(waves(1800, 2500, 3100))
+    g = greedy(m, src, mask, bos=1, eos=2, max_len=8)
+    b = beam_search(m, src, mask, beam_size=1, bos=1, eos=2, max_len=8)
+    for row, hyp in enumerate(b.hypotheses):
+        assert hyp[0].tokens == g.tokens[row, :int(g.lengths[row])].tolist()
+
+
+@pytest.mark.parametrize("conformer", [False, True])
+def test_every_parameter_gets_a_finite_gradient_and_one_batch_is_learnt(conformer):
+    m = model(conformer, spec_augment=[1, 2, 1, 2]).train()
+    src, mask = pad_waves(waves(1600, 2400))
+    tgt_in, tgt_out = torch.tensor([[1, 5, 6], [1, 7, 8]]), torch.tensor([[5, 6, 2], [7, 8, 2]])
+    opt = torch.optim.Adam(m.parameters(), lr=3e-3)
+    losses = []
+    for step in range(40):
+        loss = torch.nn.functional.cross_entropy(m(src, mask, tgt_in).flatten(0, 1), tgt_out.flatten())
+        opt.zero_grad()
+        loss.backward()
+        if step == 0:
+            for name, p in m.named_parameters():
+                assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.2 * losses[0]
+
+
+def test_config_errors_name_the_option():
+    with pytest.raises(ConfigError, match="model.conv_kernel must be odd"):
+        ModelConfig(family="speech", conv_kernel=4)
+    with pytest.raises(ConfigError, match="model.spec_augment"):
+        ModelConfig(family="speech", spec_augment=[1, 2])
+    with pytest.raises(ConfigError, match="model.sample_rate must be set"):
+        build_model(ModelConfig(family="speech", tgt_vocab=10))
