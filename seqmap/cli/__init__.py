@@ -3,6 +3,7 @@
     seqmap train CONFIG [--run-dir DIR] [--section.key VALUE ...]   train on your text
     seqmap train --resume RUN_DIR [--section.key VALUE ...]         continue a run exactly
     seqmap translate RUN_DIR [TEXT ...] [--input FILE]              translate (stdin if no text)
+    seqmap transcribe RUN_DIR AUDIO ...                             speech to text (a speech run)
     seqmap evaluate RUN_DIR --src FILE --ref FILE                   BLEU / chrF / TER / perplexity
     seqmap generate RUN_DIR --prompt TEXT                           sample from a language model
     seqmap classify RUN_DIR [TEXT ...] [--input FILE]               the class of each text (a classifier)

@@ -22,6 +22,8 @@ def add_parser(commands) -> None:
 
 
 def cmd_transcribe(args: argparse.Namespace) -> int:
+    import torch
+
     from seqmap.data.audio import read_wav
     from seqmap.data.corpus import read_lines
     from seqmap.decoding.speech import transcribe
@@ -35,6 +37,10 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
         raise UserError("nothing to transcribe: give AUDIO files, or --input LIST (one path per line)")
     rate = run.model.frontend.sample_rate
     waves = [read_wav(p, rate)[0] for p in paths]
+    for path, wave in zip(paths, waves):
+        if run.model.frontend.frame_lengths(torch.tensor(len(wave))) < 1:
+            raise UserError(f"{path} is too short ({len(wave) / rate:.3f} s) for one encoder frame; give at least "
+                            f"{run.model.frontend.min_samples / rate:.3f} s of audio")
     for path, text in zip(paths, transcribe(run.model, run.tgt_tok, waves, decode, device=run.device)):
         print(f"{path}\t{text}")
     return 0

@@ -37,6 +37,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
         raise UserError(f"{args.run_dir} is a classifier; use `seqmap classify` instead")
     if run.cfg.data.task == "graph":
         raise UserError(f"{args.run_dir} is a graph (GAT) run; use `seqmap evaluate` or `seqmap plot attention --node`")
+    if run.cfg.data.task == "speech":
+        raise UserError(f"{args.run_dir} is a speech run; use `seqmap transcribe / evaluate` instead")
     if run.src_tok is None:
         raise UserError(f"{args.run_dir} is a language model; use `seqmap generate` instead")
     texts = _read_inputs(args)

@@ -138,6 +138,11 @@ class AudioFrontEnd(nn.Module):
     def sample_rate(self) -> int:
         return self.logmel.sample_rate
 
+    @property
+    def min_samples(self) -> int:
+        """The shortest utterance that gives one encoder frame: 7 windows, for the two convolutions."""
+        return self.logmel.n_fft + 6 * self.logmel.hop
+
     def frame_lengths(self, samples: Tensor) -> Tensor:
         """Encoder frames (after subsampling) of utterances of ``samples`` samples."""
         return subsampled(frames_of(samples, self.logmel.n_fft, self.logmel.hop))
@@ -157,7 +162,7 @@ class AudioFrontEnd(nn.Module):
             feats = spec_augment(feats, mask, *self.spec_augment)
         if feats.size(1) < 7:  # the two convolutions need 7 frames for one output
             raise ValueError(f"audio too short: {int(wave.size(1))} samples give no frame after subsampling; "
-                             f"an utterance needs at least {self.logmel.n_fft + 6 * self.logmel.hop} samples")
+                             f"an utterance needs at least {self.min_samples} samples")
         x = self.subsample(feats)
         lengths = subsampled(mask.sum(1))
         return x, torch.arange(x.size(1), device=x.device) < lengths.unsqueeze(1)
