@@ -96,6 +96,7 @@ class ModelConfig:
     #                                                        time_width] while training ([] = none)
     conformer: bool = False  # speech: Conformer blocks (attention + convolution) in the encoder
     conv_kernel: int = 15  # speech, conformer: frames seen by the depthwise convolution (odd)
+    ctc_weight: float = 0.0  # speech: weight of a CTC loss on the encoder in training (0 = attention alone)
 
     # RNN encoder-decoder
     rnn_cell: str = "lstm"  # rnn | lstm | gru
@@ -129,6 +130,9 @@ class ModelConfig:
             raise ConfigError(f"model.window_ms and model.hop_ms must be > 0, got {self.window_ms} and {self.hop_ms}")
         if self.conv_kernel % 2 == 0:
             raise ConfigError(f"model.conv_kernel must be odd (a window centred on its frame), got {self.conv_kernel}")
+        if not 0.0 <= self.ctc_weight < 1.0:
+            raise ConfigError(f"model.ctc_weight must be in [0, 1) (the attention loss keeps the rest), got "
+                              f"{self.ctc_weight}")
         if self.spec_augment and (len(self.spec_augment) != 4 or min(self.spec_augment) < 0):
             raise ConfigError("model.spec_augment must be [freq_masks, freq_width, time_masks, time_width] (each "
                               f">= 0) or [], got {self.spec_augment}")

@@ -99,7 +99,7 @@ def test_train_evaluate_transcribe_plot(tmp_path, capsys):
 
 
 def test_resume_is_exact_with_spec_augment(tmp_path):
-    cfg = config(tmp_path, steps=30, spec_augment=[1, 3, 1, 4], conformer=True, conv_kernel=3)
+    cfg = config(tmp_path, steps=30, spec_augment=[1, 3, 1, 4], conformer=True, conv_kernel=3, ctc_weight=0.3)
     assert main(["train", cfg, "--run-dir", str(tmp_path / "straight"), "--train.valid_every", "15"]) == 0
     assert main(["train", cfg, "--run-dir", str(tmp_path / "resumed"), "--train.max_steps", "15",
                  "--train.valid_every", "15"]) == 0

@@ -193,7 +193,8 @@ def build_speech(cfg: ModelConfig) -> SpeechTransformer:
         tgt_embedding, _positional(cfg, causal=True),
         [_decoder_layer(cfg) for _ in range(cfg.dec_layers)], _final_norm(cfg),
         _output(cfg, tgt_embedding), cfg.dropout)
-    model = SpeechTransformer(frontend, encoder, decoder)
+    ctc_head = nn.Linear(cfg.d_model, cfg.tgt_vocab) if cfg.ctc_weight > 0 else None
+    model = SpeechTransformer(frontend, encoder, decoder, ctc_head, cfg.ctc_weight)
     _init_linears(model)
     return model
 

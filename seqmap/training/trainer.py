@@ -191,6 +191,7 @@ class Trainer:
                              and isinstance(getattr(model, "output_layer", None), nn.Linear)
                              and model.output_layer.weight.dtype == torch.float32)
         self.progress = progress
+        self.ctc_weight = getattr(model, "ctc_weight", 0.0)  # speech: the weight of the encoder's CTC loss
         # the counters a checkpoint stores (RunTrainer adds the data position)
         self.state = {"step": 0, "best": None, "bad_validations": 0, "skipped_steps": 0, "train_seconds": 0.0,
                       "tokens": 0}
@@ -215,13 +216,17 @@ class Trainer:
                 if isinstance(batch, LabelBatch):  # a classifier: one label per example, logits (B, C)
                     logits = self.ddp(batch.src, batch.src_mask)
                     loss, nll, _ = label_nll(logits, batch.labels, t.label_smoothing, NOT_SCORED)
-                elif self.fused_output:
-                    features = self.ddp(batch.src, batch.src_mask, batch.tgt_in, features=True)
-                    loss, nll, _ = output_nll(features, self.model.output_layer, batch.tgt_out, PAD,
-                                              t.label_smoothing)
                 else:
-                    logits = self.ddp(batch.src, batch.src_mask, batch.tgt_in)
-                    loss, nll, _ = label_smoothed_nll(logits, batch.tgt_out, PAD, t.label_smoothing)
+                    # a speech model with model.ctc_weight > 0 also returns its encoder's summed CTC NLL
+                    extra = {"ctc_targets": batch.tgt_out} if self.ctc_weight else {}
+                    out = self.ddp(batch.src, batch.src_mask, batch.tgt_in, features=self.fused_output, **extra)
+                    out, ctc = out if self.ctc_weight else (out, None)
+                    if self.fused_output:
+                        loss, nll, _ = output_nll(out, self.model.output_layer, batch.tgt_out, PAD, t.label_smoothing)
+                    else:
+                        loss, nll, _ = label_smoothed_nll(out, batch.tgt_out, PAD, t.label_smoothing)
+                    if ctc is not None:  # hybrid CTC/attention training (Watanabe et al. 2017); nll stays attention's
+                        loss = (1 - self.ctc_weight) * loss + self.ctc_weight * ctc
                 # DDP averages gradients over ranks; scale so the result is sum(loss) / all tokens
                 scaled = loss * (self.dist.world_size / global_tokens)
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()

@@ -96,3 +96,20 @@ def test_config_errors_name_the_option():
         ModelConfig(family="speech", spec_augment=[1, 2])
     with pytest.raises(ConfigError, match="model.sample_rate must be set"):
         build_model(ModelConfig(family="speech", tgt_vocab=10))
+
+
+def test_ctc_loss_reads_the_targets_without_eos_and_padding():
+    m = model(ctc_weight=0.3)
+    src, mask = pad_waves(waves(2400, 3000))
+    tgt_in, tgt_out = torch.tensor([[1, 5, 6, 7], [1, 8, 0, 0]]), torch.tensor([[5, 6, 7, 2], [8, 2, 0, 0]])
+    out, ctc = m(src, mask, tgt_in, ctc_targets=tgt_out)
+    torch.testing.assert_close(out, m(src, mask, tgt_in))
+    memory = m.encode(src, mask)
+    log_probs = m.ctc_head(memory.states).log_softmax(-1).transpose(0, 1)
+    want = torch.nn.functional.ctc_loss(log_probs, torch.tensor([5, 6, 7, 8]), memory.mask.sum(1),
+                                        torch.tensor([3, 1]), blank=0, reduction="sum")
+    torch.testing.assert_close(ctc, want)
+    ctc.backward()
+    assert m.ctc_head.weight.grad.abs().sum() > 0 and m.decoder.output.weight.grad is None
+    with pytest.raises(ConfigError, match="model.ctc_weight must be in"):
+        ModelConfig(family="speech", ctc_weight=1.0)
