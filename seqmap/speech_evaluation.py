@@ -43,6 +43,25 @@ def evaluate_utterances(run: LoadedRun, utterances: Utterances, decode: DecodeCo
     return result
 
 
+def test_utterances(run: LoadedRun, path: str | Path | None = None) -> Utterances | None:
+    """The test utterances of a speech run: the recordings of ``path`` (an .npz or a TSV manifest; its test
+    recordings when it marks splits), else of the run's own test split, joined as the run's ``data.join`` says."""
+    import dataclasses
+
+    from seqmap.data.pipeline import speech_split
+
+    data = dataclasses.replace(run.cfg.data, test=str(path)) if path else run.cfg.data
+    return speech_split(data, "test", run.model.frontend.sample_rate)
+
+
+def result_lines(result: dict, unseen: tuple[str, ...] = ()) -> list[str]:
+    """``evaluate_utterances``' result as text: WER, string accuracy, then the per-speaker table."""
+    return [f"WER = {result['wer']:.2f}   ({result['errors']} errors in {result['words']} words; beam "
+            f"{result['beam_size']})",
+            f"string accuracy = {result['string_accuracy']:.2f}   ({result['utterances']} utterances)",
+            *speaker_table(result, unseen)]
+
+
 def speaker_table(result: dict, unseen: tuple[str, ...] = ()) -> list[str]:
     """The per-speaker rows of ``evaluate_utterances``' result as aligned text lines (unseen speakers marked)."""
     lines = [f"  {'speaker':<12} {'WER':>6} {'strings':>8} {'words':>6}"]

@@ -130,22 +130,14 @@ def _evaluate_graph(run, args: argparse.Namespace) -> int:
 
 
 def _evaluate_speech(run, args: argparse.Namespace) -> int:
-    import dataclasses
+    from seqmap.speech_evaluation import evaluate_utterances, result_lines, test_utterances
 
-    from seqmap.data.pipeline import speech_split
-    from seqmap.speech_evaluation import evaluate_utterances, speaker_table
-
-    data_cfg = dataclasses.replace(run.cfg.data, test=args.data) if args.data else run.cfg.data
-    utterances = speech_split(data_cfg, "test", run.model.frontend.sample_rate)
+    utterances = test_utterances(run, args.data)
     if utterances is None:
         raise UserError(f"{args.run_dir} names no test recordings; give them with --data FILE (.npz or .tsv)")
     out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / "test.hyp"
     out.parent.mkdir(parents=True, exist_ok=True)
-    decode = decode_config(run, args)
-    result = evaluate_utterances(run, utterances, decode, out=out)
-    print(f"WER = {result['wer']:.2f}   ({result['errors']} errors in {result['words']} words; beam "
-          f"{decode.beam_size})")
-    print(f"string accuracy = {result['string_accuracy']:.2f}   ({result['utterances']} utterances)")
-    print("\n".join(speaker_table(result, tuple(run.cfg.data.exclude_speakers))))
-    print(f"transcripts (reference, hypothesis, speaker) written to {out}")
+    result = evaluate_utterances(run, utterances, decode_config(run, args), out=out)
+    print("\n".join([*result_lines(result, tuple(run.cfg.data.exclude_speakers)),
+                     f"transcripts (reference, hypothesis, speaker) written to {out}"]))
     return 0
