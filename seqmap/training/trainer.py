@@ -218,8 +218,10 @@ class Trainer:
                     loss, nll, _ = label_nll(logits, batch.labels, t.label_smoothing, NOT_SCORED)
                 else:
                     # a speech model with model.ctc_weight > 0 also returns its encoder's summed CTC NLL
-                    extra = {"ctc_targets": batch.tgt_out} if self.ctc_weight else {}
-                    out = self.ddp(batch.src, batch.src_mask, batch.tgt_in, features=self.fused_output, **extra)
+                    extra = {"features": True} if self.fused_output else {}
+                    if self.ctc_weight:
+                        extra["ctc_targets"] = batch.tgt_out
+                    out = self.ddp(batch.src, batch.src_mask, batch.tgt_in, **extra)
                     out, ctc = out if self.ctc_weight else (out, None)
                     if self.fused_output:
                         loss, nll, _ = output_nll(out, self.model.output_layer, batch.tgt_out, PAD, t.label_smoothing)
