@@ -25,11 +25,13 @@ def add_parser(commands) -> None:
     e = commands.add_parser(
         "export", allow_abbrev=False, help="export a run in the Hugging Face format",
         description="hf RUN_DIR --out DIR: a decoder-only language model (family lm with learned positions,\n"
-                    "pre-LN, unscaled embeddings) as a GPT-2 directory that transformers loads\n"
-                    "(GPT2LMHeadModel.from_pretrained); its tokenizer as tokenizer.json where it converts.\n"
-                    "Encoder-decoder (Marian) export and CTranslate2: issue 15.",
+                    "pre-LN, unscaled embeddings) as a GPT-2 directory (GPT2LMHeadModel.from_pretrained),\n"
+                    "an encoder-decoder Transformer (post-LN, split sinusoidal positions, one shared\n"
+                    "vocabulary) as a MarianMT directory (MarianMTModel.from_pretrained); the tokenizer as\n"
+                    "it was imported, or as tokenizer.json where it converts.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  seqmap export hf runs/gpt2-finetuned --out exported/gpt2-finetuned")
+        epilog="examples:\n  seqmap export hf runs/gpt2-finetuned --out exported/gpt2-finetuned\n"
+               "  seqmap export hf runs/opus-en-zh --out exported/opus-en-zh")
     e.add_argument("format", choices=["hf"], help="hf: Hugging Face transformers")
     e.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its best checkpoint) or a checkpoint")
     e.add_argument("--out", required=True, help="the directory to write")
@@ -62,5 +64,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         out = export_hf(run, args.out)
     except HubError as e:
         raise UserError(str(e)) from None
-    print(f"exported {run.checkpoint} to {out} (GPT2LMHeadModel)")
+    from seqmap.hub.export import FAMILIES
+
+    print(f"exported {run.checkpoint} to {out} ({FAMILIES[run.cfg.model.family]})")
     return 0

@@ -6,6 +6,7 @@
 See ``seqmap.hub.hf`` for what each architecture maps onto.
 """
 
-from seqmap.hub.hf import HubError, export_hf, import_hf
+from seqmap.hub.export import export_hf
+from seqmap.hub.hf import HubError, import_hf
 
 __all__ = ["HubError", "export_hf", "import_hf"]

@@ -19,8 +19,7 @@ ordinary config options with their own tests):
 The vocabulary is re-ordered so the model's special tokens take seqmap's reserved ids (see
 ``seqmap.data.hf_tokenizer``); embedding rows move with the same map. Weights are read from
 ``model.safetensors`` only (no pickle). Every problem is one line naming the file or the field.
-``export_hf`` writes a language-model run back as a GPT-2 directory. Not yet: MarianMT, BERT and ViT import,
-encoder-decoder export, CTranslate2 (issue 15).
+Export (back to ``transformers``) is ``seqmap.hub.export``.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from torch import Tensor
 
 from seqmap.config import DataConfig, ModelConfig, RunConfig, TrainConfig, save_config, to_dict
 from seqmap.data.hf_tokenizer import HFTokenizer
-from seqmap.data.tokenizer_base import BOS, EOS
+from seqmap.data.tokenizer_base import BOS
 from seqmap.data.tokenizers import save_pair
 from seqmap.models.builder import build_model
 from seqmap.nn.positional import sinusoidal_table
@@ -330,108 +329,3 @@ def import_hf(source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     save_config(cfg, out / "config.yaml")
     return CheckpointManager(out).save(0, model=model, trainer_state={"step": 0, "imported_from": str(source)},
                                        config=to_dict(cfg), tokenizer_dir=tok_dir)
-
-
-# -- export ----------------------------------------------------------------------------------------------
-
-
-def _gpt2_compatible(m: ModelConfig) -> str | None:
-    """Why a decoder-only seqmap model has no GPT-2 equivalent (None when it has one)."""
-    wanted = {"positional": "learned", "norm_position": "pre", "norm": "layernorm", "scale_embeddings": False}
-    for key, value in wanted.items():
-        if getattr(m, key) != value:
-            return f"model.{key}={getattr(m, key)!r} (GPT-2 has {key} {value!r})"
-    if m.activation not in ("gelu_tanh", "gelu", "relu"):
-        return f"model.activation={m.activation!r} (GPT-2's MLP takes gelu_tanh, gelu or relu)"
-    if m.n_kv_heads not in (None, m.n_heads):
-        return f"model.n_kv_heads={m.n_kv_heads} (GPT-2 has one key/value head per query head)"
-    return None
-
-
-def export_hf(run, out_dir: str | os.PathLike) -> Path:
-    """Write a seqmap language-model run as a GPT-2 directory that ``transformers`` loads (``GPT2LMHeadModel``).
-
-    With an imported (hf) tokenizer the vocabulary goes back to the model's own order and its ``tokenizer.json``
-    is written beside; with seqmap's char or word tokenizer a word-level ``tokenizer.json`` over seqmap's
-    pieces; a sentencepiece tokenizer is not converted (the model keeps seqmap's ids, one line says so).
-    Returns ``out_dir``. Encoder-decoder export (Marian) is not built yet.
-    """
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    m = run.cfg.model
-    if m.family != "lm":
-        raise HubError(f"{run.checkpoint}: model.family={m.family}; seqmap exports decoder-only language models "
-                       "(family lm, as GPT-2) so far")
-    why = _gpt2_compatible(m)
-    if why is not None:
-        raise HubError(f"{run.checkpoint}: {why}; this model has no GPT-2 equivalent")
-    tok = run.tgt_tok
-    hf_tok = tok if isinstance(tok, HFTokenizer) else None
-    order = list(range(tok.vocab_size))  # the exported row of each hf id: seqmap ids
-    eos = EOS
-    if hf_tok is not None:
-        order = [hf_tok.to_seqmap(h) for h in range(hf_tok.hf_vocab)]
-        eos = hf_tok.roles["eos"]
-    d, sd = m.d_model, run.model.state_dict()
-    config = GPT2Config(vocab_size=len(order), n_positions=m.max_len, n_embd=d, n_layer=m.dec_layers,
-                        n_head=m.n_heads, n_inner=m.d_ff,
-                        activation_function={"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}[m.activation],
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
-                        bos_token_id=hf_tok.roles.get("bos", eos) if hf_tok else EOS, eos_token_id=eos,
-                        tie_word_embeddings=m.tie_embeddings)
-    model = GPT2LMHeadModel(config).eval()
-    index = torch.tensor(order)
-    weights = {"transformer.wte.weight": sd["embedding.table.weight"][index],
-               "transformer.wpe.weight": sd["positional.table.weight"],
-               "transformer.ln_f.weight": sd["final_norm.weight"], "transformer.ln_f.bias": sd["final_norm.bias"]}
-    if not m.tie_embeddings:
-        weights["lm_head.weight"] = sd["output.weight"][index]
-    for i in range(m.dec_layers):
-        h, p = f"transformer.h.{i}", f"layers.{i}"
-        weights[f"{h}.attn.c_attn.weight"] = sd[f"{p}.self_attn.in_proj.weight"].t()
-        weights[f"{h}.attn.c_attn.bias"] = sd[f"{p}.self_attn.in_proj.bias"]
-        weights[f"{h}.attn.c_proj.weight"] = sd[f"{p}.self_attn.out_proj.weight"].t()
-        weights[f"{h}.attn.c_proj.bias"] = sd[f"{p}.self_attn.out_proj.bias"]
-        weights[f"{h}.mlp.c_fc.weight"] = sd[f"{p}.ff.w1.weight"].t()
-        weights[f"{h}.mlp.c_fc.bias"] = sd[f"{p}.ff.w1.bias"]
-        weights[f"{h}.mlp.c_proj.weight"] = sd[f"{p}.ff.w2.weight"].t()
-        weights[f"{h}.mlp.c_proj.bias"] = sd[f"{p}.ff.w2.bias"]
-        for n in (1, 2):
-            for part in ("weight", "bias"):
-                weights[f"{h}.ln_{n}.{part}"] = sd[f"{p}.norm{n}.{part}"]
-    missing, unexpected = model.load_state_dict({k: v.contiguous() for k, v in weights.items()}, strict=False)
-    missing = [k for k in missing if not k.endswith(("attn.bias", "attn.masked_bias")) and k != "lm_head.weight"]
-    if missing or unexpected:
-        raise HubError(f"export mapping incomplete: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    if hf_tok is None:  # seqmap never generates PAD, BOS or UNK; transformers should not either
-        model.generation_config.suppress_tokens = [0, 1, 3]
-    out = Path(out_dir)
-    model.save_pretrained(out)
-    _export_tokenizer(tok, out)
-    return out
-
-
-def _export_tokenizer(tok, out: Path) -> None:
-    """tokenizer.json (and its transformers config) for the exported model, where the tokenizer converts."""
-    from transformers import PreTrainedTokenizerFast
-
-    if isinstance(tok, HFTokenizer) and tok.backend.name == "tokenizers":
-        hf = tok.tok
-        eos = hf.id_to_token(tok.roles["eos"])
-        PreTrainedTokenizerFast(tokenizer_object=hf, eos_token=eos, bos_token=eos, unk_token=eos).save_pretrained(out)
-        return
-    if tok.kind in ("char", "word"):
-        from tokenizers import Tokenizer, models, pre_tokenizers
-
-        vocab = {piece: i for i, piece in enumerate(tok.pieces(range(tok.vocab_size)))}
-        words = Tokenizer(models.WordLevel(vocab, unk_token=tok.pieces([3])[0]))
-        words.pre_tokenizer = (pre_tokenizers.Split("", "isolated") if tok.kind == "char"
-                               else pre_tokenizers.WhitespaceSplit())
-        names = tok.pieces([0, 1, 2, 3])
-        PreTrainedTokenizerFast(tokenizer_object=words, pad_token=names[0], bos_token=names[1], eos_token=names[2],
-                                unk_token=names[3]).save_pretrained(out)
-        return
-    (out / "TOKENIZER.txt").write_text(
-        f"This model was trained with seqmap's {tok.kind} (sentencepiece) tokenizer, which is not converted to\n"
-        "tokenizer.json here: its token ids are seqmap's (0 PAD, 1 BOS, 2 EOS, 3 UNK). Encode text with seqmap\n"
-        "(seqmap.data.tokenizers.load_tokenizer on the run's tokenizer/ directory).\n", encoding="utf-8")
