@@ -300,7 +300,15 @@ class DecodeConfig:
     beam_size: int = 1  # 1 = greedy
     max_len_a: float = 1.5  # maximum output length = a * source length + b
     max_len_b: int = 10
-    length_penalty: float = 1.0  # GNMT alpha
+    length_penalty: float = 1.0  # alpha of the length normalization that beam_ranking names
+    beam_ranking: str = "gnmt"  # gnmt: finished hypotheses ranked by score / ((5 + len) / 6) ** alpha (Wu et al.),
+    #                             a sentence stops at beam_size finished | hf: transformers' generate (num_beams):
+    #                             score / len ** alpha, its early_stopping rule (hf_early_stopping), banned ids masked
+    #                             after the softmax; `seqmap import hf` sets it
+    hf_early_stopping: bool | str = False  # beam_ranking hf: transformers' early_stopping: true | false | never
+    #                             (both hf_ options are ignored by beam_ranking gnmt)
+    absent_ids: list[int] = field(default_factory=list)  # beam_ranking hf: seqmap's reserved ids an imported model
+    #                             has no token for, left out of the softmax (set by `seqmap import hf`)
     max_tokens: int = 4096  # tokens per decoding batch, counted after beam expansion (rows x beams x length)
     max_new_tokens: int = 200  # lm generation length
     temperature: float = 1.0  # sampling
@@ -315,6 +323,9 @@ class DecodeConfig:
                               f"got {self.temperature}")
         if not MIN_TOP_P <= self.top_p <= 1.0:
             raise ConfigError(f"decode.top_p must be in [{MIN_TOP_P:g}, 1] (1 = off), got {self.top_p}")
+        _choice("decode", "beam_ranking", self.beam_ranking, ("gnmt", "hf"))
+        if self.hf_early_stopping not in (True, False, "never"):
+            raise ConfigError(f"decode.hf_early_stopping must be true, false or never, got {self.hf_early_stopping!r}")
         if not 0.0 <= self.length_penalty <= MAX_LENGTH_PENALTY:
             raise ConfigError(f"decode.length_penalty must be in [0, {MAX_LENGTH_PENALTY:g}] (0 = none, "
                               f"1 = the usual), got {self.length_penalty}")

@@ -55,8 +55,10 @@ def _generation_config(model, decode: DecodeConfig, family: str) -> None:
     g.num_beams = decode.beam_size
     g.length_penalty = decode.length_penalty
     g.do_sample = False
-    if family == "lm":
-        g.max_new_tokens = decode.max_new_tokens
+    if decode.beam_ranking == "hf":
+        g.early_stopping = decode.hf_early_stopping
+    if family == "transformer" and decode.max_len_a == 0:  # a fixed length limit; Marian's counts its start token
+        g.max_length = decode.max_len_b + 1
 
 
 def _load(model, weights: dict[str, Tensor], ignore: tuple[str, ...]) -> None:

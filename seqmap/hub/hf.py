@@ -32,7 +32,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from seqmap.config import DataConfig, ModelConfig, RunConfig, TrainConfig, save_config, to_dict
+from seqmap.config import (
+    MAX_LENGTH_PENALTY,
+    ConfigError,
+    DataConfig,
+    DecodeConfig,
+    ModelConfig,
+    RunConfig,
+    TrainConfig,
+    save_config,
+    to_dict,
+)
 from seqmap.data.hf_tokenizer import HFTokenizer
 from seqmap.data.tokenizer_base import BOS
 from seqmap.data.tokenizers import save_pair
@@ -295,6 +305,29 @@ def _marian(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, 
     return cfg, out, src_tok, tgt_tok
 
 
+def _decode_config(source: Path, config: dict[str, Any], tok: HFTokenizer, family: str) -> DecodeConfig:
+    """The model's generation defaults (``generation_config.json``, else ``config.json``) as seqmap's decode
+    section, with ``beam_ranking: hf`` so that beam search ranks and stops as ``transformers``' ``generate``."""
+    where = source / "generation_config.json"
+    gen = _read_json(where) if where.is_file() else config
+    where = where if where.is_file() else source / "config.json"
+    beams, alpha = gen.get("num_beams", 1), gen.get("length_penalty", 1.0)
+    max_length, max_new = gen.get("max_length", 20), gen.get("max_new_tokens")
+    if not isinstance(beams, int) or beams < 1 or not isinstance(max_length, int) or max_length < 2:
+        raise HubError(f"{where}: num_beams must be a positive integer and max_length at least 2, got "
+                       f"{beams!r} and {max_length!r}")
+    if not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= MAX_LENGTH_PENALTY:
+        raise HubError(f"{where}: length_penalty {alpha!r} is outside seqmap's range [0, {MAX_LENGTH_PENALTY:g}]")
+    lengths = ({"max_new_tokens": max_new if isinstance(max_new, int) else max_length} if family == "lm"
+               else {"max_len_a": 0.0, "max_len_b": max_length - 1})  # Marian's max_length counts its start token
+    try:
+        return DecodeConfig(beam_size=beams, length_penalty=float(alpha), beam_ranking="hf",
+                            hf_early_stopping=gen.get("early_stopping", False),
+                            absent_ids=[i for i in range(4) if tok.to_hf(i) is None], **lengths)
+    except ConfigError as e:
+        raise HubError(f"{where}: {e}") from None
+
+
 def import_hf(source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     """Convert the pretrained model in ``source`` into a seqmap run directory ``out_dir``; returns its checkpoint."""
     directory = resolve_source(source)
@@ -311,6 +344,7 @@ def import_hf(source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     else:
         cfg, weights, tok = _gpt2(directory, config)
         src_tok = tok
+    cfg.decode = _decode_config(directory, config, tok, cfg.model.family)
     model = build_model(cfg.model)
     state = model.state_dict()
     missing = sorted(set(state) - set(weights))
