@@ -62,6 +62,9 @@ class ModelConfig:
     ff_dropout: float | None = None  # dropout inside the feed-forward, after the activation: None = model.dropout
     norm_position: str = "pre"  # pre (x + f(norm(x))) | post (norm(x + f(x)))
     norm: str = "layernorm"  # layernorm | rmsnorm
+    norm_eps: float = 1e-5  # epsilon of every norm (BERT and ViT use 1e-12)
+    embedding_norm: bool = False  # classifier, vit: a norm over embeddings + positions before the layers (BERT)
+    pooler: str = "none"  # classifier, vit: none | tanh (BERT's pooler: Linear D -> D and tanh before the head)
     activation: str = "relu"  # feed-forward non-linearity: relu | gelu | gelu_tanh (GPT-2) | silu (Marian) | swiglu
     positional: str = "sinusoidal"  # sinusoidal | learned | relative | t5 | rope | alibi | none
     max_len: int = 1024  # longest sequence for learned positions (others extrapolate)
@@ -104,6 +107,12 @@ class ModelConfig:
         _choice(s, "graph_attention", self.graph_attention, ("sparse", "dense"))
         _positive(s, "out_heads", self.out_heads)
         _choice(s, "pooling", self.pooling, ("cls", "mean"))
+        _choice(s, "pooler", self.pooler, ("none", "tanh"))
+        if (self.embedding_norm or self.pooler != "none") and self.family not in ("classifier", "vit"):
+            raise ConfigError(f"model.embedding_norm and model.pooler are for model.family classifier or vit, not "
+                              f"{self.family}; remove them")
+        if not 0.0 < self.norm_eps < 1.0:
+            raise ConfigError(f"model.norm_eps must be in (0, 1), got {self.norm_eps}")
         _choice(s, "norm_position", self.norm_position, ("pre", "post"))
         _choice(s, "norm", self.norm, ("layernorm", "rmsnorm"))
         _choice(s, "activation", self.activation, ACTIVATIONS)
