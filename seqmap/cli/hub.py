@@ -13,11 +13,14 @@ def add_parser(commands) -> None:
         "import", allow_abbrev=False, help="import a pretrained model (Hugging Face format) as a run directory",
         description="hf SOURCE: a directory written by transformers' save_pretrained (config.json,\n"
                     "model.safetensors, tokenizer.json), or a Hub name where the Hub can be reached.\n"
-                    "Imports GPT2LMHeadModel so far (MarianMT, BERT and ViT: issue 15). The result opens\n"
-                    "with every verb, like a trained run.",
+                    "Imports MarianMTModel (OPUS-MT), GPT2LMHeadModel, BertForSequenceClassification /\n"
+                    "BertModel and ViTForImageClassification. The result opens with every verb, like a\n"
+                    "trained run; beam search ranks as transformers' generate (decode.beam_ranking: hf).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  seqmap import hf ~/models/gpt2 --out runs/gpt2\n"
-               "  seqmap generate runs/gpt2 --prompt \"Hello, I'm a language model,\" --greedy")
+               "  seqmap generate runs/gpt2 --prompt \"Hello, I'm a language model,\" --greedy\n"
+               "  seqmap import hf ~/models/bert-sst2 --out runs/bert-sst2\n"
+               "  seqmap classify runs/bert-sst2 \"a gripping, funny film\"")
     p.add_argument("format", choices=["hf"], help="the format of SOURCE (hf: Hugging Face transformers)")
     p.add_argument("source", metavar="SOURCE", help="a save_pretrained directory, or a Hub name")
     p.add_argument("--out", required=True, help="the run directory to write")

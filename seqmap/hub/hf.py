@@ -15,11 +15,14 @@ ordinary config options with their own tests):
   embedding scaling, the output layer tied to the embedding. GPT-2's ``Conv1D`` layers store their
   weights transposed ((in, out)); its ``c_attn`` holds query, key and value side by side, as seqmap's
   fused ``in_proj`` does.
+* ``BertForSequenceClassification`` / ``BertModel`` -> ``family: classifier`` and
+  ``ViTForImageClassification`` -> ``family: vit``: see ``seqmap.hub.encoders``.
 
 The vocabulary is re-ordered so the model's special tokens take seqmap's reserved ids (see
 ``seqmap.data.hf_tokenizer``); embedding rows move with the same map. Weights are read from
 ``model.safetensors`` only (no pickle). Every problem is one line naming the file or the field.
-Export (back to ``transformers``) is ``seqmap.hub.export``.
+The model's generation defaults become the run's decode section, with ``beam_ranking: hf`` (beam search
+as ``transformers``' ``generate``). Export (back to ``transformers``) is ``seqmap.hub.export``.
 """
 
 from __future__ import annotations
@@ -55,8 +58,8 @@ class HubError(ValueError):
     """A pretrained checkpoint cannot be imported; the message names the file or field and the fix."""
 
 
-SUPPORTED = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel"}
-NOT_YET = {"bert": "BertModel / BertForSequenceClassification", "vit": "ViTForImageClassification"}
+SUPPORTED = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel", "bert": "BertForSequenceClassification / BertModel",
+             "vit": "ViTForImageClassification"}
 
 
 def resolve_source(source: str | os.PathLike) -> Path:
@@ -328,38 +331,57 @@ def _decode_config(source: Path, config: dict[str, Any], tok: HFTokenizer, famil
         raise HubError(f"{where}: {e}") from None
 
 
+def _mapped(directory: Path, config: dict[str, Any], model_type: str):
+    """The ``Imported`` (config, weights, tokenizers, classes) of one architecture."""
+    from seqmap.hub.encoders import Imported, bert, vit
+
+    if model_type == "marian":
+        cfg, weights, src_tok, tok = _marian(directory, config)
+        return Imported(cfg, weights, src_tok, tok)
+    if model_type == "gpt2":
+        cfg, weights, tok = _gpt2(directory, config)
+        return Imported(cfg, weights, tok, tok)
+    return bert(directory, config) if model_type == "bert" else vit(directory, config)
+
+
 def import_hf(source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """Convert the pretrained model in ``source`` into a seqmap run directory ``out_dir``; returns its checkpoint."""
+    """Convert the pretrained model in ``source`` into a seqmap run directory ``out_dir``; returns its checkpoint.
+
+    A ``BertModel`` (no classification head) imports with a newly initialised head over its ``num_labels``
+    classes, ready for ``seqmap train --init``.
+    """
     directory = resolve_source(source)
     config = _read_json(directory / "config.json")
     model_type = config.get("model_type")
-    if model_type in NOT_YET:
-        raise HubError(f"{directory / 'config.json'}: {NOT_YET[model_type]} ({model_type}) is not importable yet; "
-                       f"seqmap imports {', '.join(SUPPORTED.values())} so far")
     if model_type not in SUPPORTED:
         raise HubError(f"{directory / 'config.json'}: model_type {model_type!r} is not supported; seqmap imports "
                        f"{', '.join(f'{v} ({k})' for k, v in SUPPORTED.items())}")
-    if model_type == "marian":
-        cfg, weights, src_tok, tok = _marian(directory, config)
-    else:
-        cfg, weights, tok = _gpt2(directory, config)
-        src_tok = tok
-    cfg.decode = _decode_config(directory, config, tok, cfg.model.family)
+    imported = _mapped(directory, config, model_type)
+    cfg, weights, tok = imported.cfg, imported.weights, imported.tgt_tok
+    if cfg.model.family in ("transformer", "lm"):
+        cfg.decode = _decode_config(directory, config, tok, cfg.model.family)
     model = build_model(cfg.model)
     state = model.state_dict()
-    missing = sorted(set(state) - set(weights))
+    untrained = {"head.weight", "head.bias"} if model_type == "bert" else set()  # BertModel has no head
+    missing = sorted(set(state) - set(weights) - untrained)
     if missing:
         raise HubError(f"{directory}: no weights for {', '.join(missing[:3])} (an architecture option seqmap does "
                        "not map)")
     with torch.no_grad():
         for name, tensor in state.items():
-            tensor.copy_(weights[name])
+            if name in weights:
+                tensor.copy_(weights[name])
     out = Path(out_dir)
     if (out / "checkpoints").exists():
         raise HubError(f"{out} already holds checkpoints; choose another --out directory")
     tok_dir = out / "tokenizer"
-    save_pair(src_tok, tok, tok_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if tok is not None:
+        save_pair(imported.src_tok, tok, tok_dir)
+    tok_dir.mkdir(parents=True, exist_ok=True)
+    if imported.labels is not None:
+        from seqmap.data.pipeline import LABELS_FILE
+
+        imported.labels.save(tok_dir / LABELS_FILE)
     save_config(cfg, out / "config.yaml")
-    return CheckpointManager(out).save(0, model=model, trainer_state={"step": 0, "imported_from": str(source)},
-                                       config=to_dict(cfg), tokenizer_dir=tok_dir)
+    state = {"step": 0, "imported_from": str(source), "untrained_head": bool(untrained - set(weights))}
+    return CheckpointManager(out).save(0, model=model, trainer_state=state, config=to_dict(cfg), tokenizer_dir=tok_dir)
