@@ -1,4 +1,5 @@
-"""``seqmap import hf SOURCE --out RUN_DIR`` and ``seqmap export hf RUN_DIR --out DIR``: the Hugging Face format."""
+"""``seqmap import hf SOURCE --out RUN_DIR``, ``seqmap export hf|ct2 RUN_DIR --out DIR``: the Hugging Face format
+and CTranslate2."""
 
 from __future__ import annotations
 
@@ -34,11 +35,14 @@ def add_parser(commands) -> None:
                     "it was imported, or as tokenizer.json where it converts.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  seqmap export hf runs/gpt2-finetuned --out exported/gpt2-finetuned\n"
-               "  seqmap export hf runs/opus-en-zh --out exported/opus-en-zh")
-    e.add_argument("format", choices=["hf"], help="hf: Hugging Face transformers")
+               "  seqmap export hf runs/opus-en-zh --out exported/opus-en-zh\n"
+               "  seqmap export ct2 runs/opus-en-zh --out ct2/opus-en-zh --quantization int8")
+    e.add_argument("format", choices=["hf", "ct2"], help="hf: Hugging Face transformers; ct2: CTranslate2 (through "
+                                                          "the hf export and CTranslate2's converter)")
     e.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its best checkpoint) or a checkpoint")
     e.add_argument("--out", required=True, help="the directory to write")
     e.add_argument("--checkpoint", default="best", help="best (default), last, or a checkpoint directory")
+    e.add_argument("--quantization", default=None, help="ct2: CTranslate2's weight quantization (int8, float16, ...)")
     e.set_defaults(handler=cmd_export)
 
 
@@ -56,18 +60,21 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from seqmap.hub import HubError, export_hf
+    from seqmap.hub.ct2 import export_ct2
+    from seqmap.hub.export import FAMILIES
     from seqmap.runs import load_run
 
     try:
         import transformers  # noqa: F401
     except ImportError:
-        raise UserError("seqmap export hf needs transformers: pip install -e \".[hf]\"") from None
+        raise UserError(f"seqmap export {args.format} needs transformers: pip install -e \".[hf]\"") from None
+    if args.quantization is not None and args.format != "ct2":
+        raise UserError("--quantization is for seqmap export ct2")
     run = load_run(args.run_dir, args.checkpoint)
     try:
-        out = export_hf(run, args.out)
+        out = export_hf(run, args.out) if args.format == "hf" else export_ct2(run, args.out, args.quantization)
     except HubError as e:
         raise UserError(str(e)) from None
-    from seqmap.hub.export import FAMILIES
-
-    print(f"exported {run.checkpoint} to {out} ({FAMILIES[run.cfg.model.family]})")
+    what = FAMILIES[run.cfg.model.family] + (" for CTranslate2" if args.format == "ct2" else "")
+    print(f"exported {run.checkpoint} to {out} ({what})")
     return 0
