@@ -117,6 +117,18 @@ def test_seqmap_classify_gives_the_same_top_class(bert, capsys):
     assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == expected
 
 
+def test_seqmap_evaluate_scores_an_imported_bert_without_a_baseline(bert, tmp_path, capsys):
+    from seqmap.cli import main
+
+    hf, fast, _, root = bert
+    with torch.no_grad():
+        predicted = [LABELS[int(hf(**fast(t, return_tensors="pt")).logits.argmax())] for t in TEXTS]
+    (tmp_path / "test.tsv").write_text("".join(f"{t}\t{label}\n" for t, label in zip(TEXTS, predicted)))
+    assert main(["evaluate", str(root / "run"), "--data", str(tmp_path / "test.tsv")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("accuracy = 100.00") and "baseline" not in out  # no training rows to fit one on
+
+
 def test_a_bert_model_without_head_imports_with_an_untrained_one(tmp_path):
     hf, fast = tiny_bert(tmp_path / "hf", seed=1, head=False)
     import_hf(tmp_path / "hf", tmp_path / "run")
