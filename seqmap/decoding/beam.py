@@ -73,7 +73,7 @@ def gnmt_penalty(length: int, alpha: float) -> float:
 
 def length_norm(length: int, alpha: float, ranking: str = "gnmt") -> float:
     """What a hypothesis's score is divided by: GNMT's penalty, or ``length ** alpha`` (``transformers``)."""
-    return gnmt_penalty(length, alpha) if ranking == "gnmt" else float(length) ** alpha
+    return gnmt_penalty(length, alpha) if ranking == "gnmt" else float(max(length, 1)) ** alpha
 
 
 @dataclass

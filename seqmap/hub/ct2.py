@@ -25,7 +25,7 @@ from pathlib import Path
 from seqmap.data.hf_tokenizer import HFTokenizer
 from seqmap.data.tokenizer_base import BOS
 from seqmap.hub.export import export_hf
-from seqmap.hub.hf import HubError
+from seqmap.hub.source import HubError
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 

@@ -19,7 +19,7 @@ and, for ViT, the names older checkpoints on the Hub use.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -28,20 +28,10 @@ from seqmap.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from seqmap.data.hf_tokenizer import HFTokenizer
 from seqmap.data.labels import LabelSet
 from seqmap.data.tokenizer_base import TokenizerError
-from seqmap.hub.hf import HubError, _read_json, _rows, read_weights
+from seqmap.hub.source import HubError, Imported, read_json, read_weights, rows
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                "silu": "silu", "swish": "silu"}
-
-
-class Imported(NamedTuple):
-    """What an architecture's mapping gives ``import_hf``: config, weights by seqmap name, tokenizers, classes."""
-
-    cfg: RunConfig
-    weights: dict[str, Tensor]
-    src_tok: HFTokenizer | None
-    tgt_tok: HFTokenizer | None
-    labels: LabelSet | None = None
 
 
 def _ints(config: dict[str, Any], where: Path, *keys: str) -> None:
@@ -111,7 +101,7 @@ def _layers(w: dict[str, Tensor], names: dict[str, list[str]], n: int, d: int, f
 
 def _bert_tokenizer(source: Path, config: dict[str, Any]) -> HFTokenizer:
     path = source / "tokenizer.json"
-    tok_config = _read_json(source / "tokenizer_config.json") if (source / "tokenizer_config.json").is_file() \
+    tok_config = read_json(source / "tokenizer_config.json") if (source / "tokenizer_config.json").is_file() \
         else {}
 
     def name(key, default):
@@ -161,7 +151,7 @@ def bert(source: Path, config: dict[str, Any]) -> Imported:
     word = _weight(w, ["embeddings.word_embeddings.weight"], (v, d), source)
     types = _weight(w, ["embeddings.token_type_embeddings.weight"], (config.get("type_vocab_size", 2), d), source)
     hf_ids = tok.hf_ids()
-    table = _rows(word + types[0], hf_ids)
+    table = rows(word + types[0], hf_ids)
     out = {"encoder.embedding.table.weight": table,
            "encoder.positional.table.weight": _weight(w, ["embeddings.position_embeddings.weight"], (p, d), source),
            "cls": word[tok.roles["bos"]] + types[0],
@@ -193,7 +183,7 @@ def _pixels(source: Path, channels: int) -> tuple[list[float], list[float]]:
     if not path.is_file():
         raise HubError(f"{path} is missing (the image processor's normalization); save the ViTImageProcessor "
                        "with save_pretrained into the same directory")
-    proc = _read_json(path)
+    proc = read_json(path)
     scale = proc.get("rescale_factor", 1 / 255) if proc.get("do_rescale", True) else 1.0
     mean = proc.get("image_mean", [0.5] * channels) if proc.get("do_normalize", True) else [0.0] * channels
     std = proc.get("image_std", [0.5] * channels) if proc.get("do_normalize", True) else [1.0] * channels

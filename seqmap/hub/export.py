@@ -27,7 +27,7 @@ from torch import Tensor
 from seqmap.config import DecodeConfig, ModelConfig
 from seqmap.data.hf_tokenizer import HFTokenizer, MarianBackend
 from seqmap.data.tokenizer_base import BOS, EOS, PAD, UNK
-from seqmap.hub.hf import HubError
+from seqmap.hub.source import HubError
 
 FAMILIES = {"lm": "GPT2LMHeadModel", "transformer": "MarianMTModel"}
 

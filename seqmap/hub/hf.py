@@ -27,7 +27,6 @@ as ``transformers``' ``generate``). Export (back to ``transformers``) is ``seqma
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -49,73 +48,13 @@ from seqmap.config import (
 from seqmap.data.hf_tokenizer import HFTokenizer
 from seqmap.data.tokenizer_base import BOS
 from seqmap.data.tokenizers import save_pair
+from seqmap.hub.source import HubError, Imported, read_json, read_weights, resolve_source, rows
 from seqmap.models.builder import build_model
 from seqmap.nn.positional import sinusoidal_table
 from seqmap.training.checkpoint_manager import CheckpointManager
 
-
-class HubError(ValueError):
-    """A pretrained checkpoint cannot be imported; the message names the file or field and the fix."""
-
-
 SUPPORTED = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel", "bert": "BertForSequenceClassification / BertModel",
              "vit": "ViTForImageClassification"}
-
-
-def resolve_source(source: str | os.PathLike) -> Path:
-    """A local ``save_pretrained`` directory, or a Hub name fetched with ``huggingface_hub`` (one line when offline)."""
-    path = Path(source)
-    if path.is_dir():
-        return path
-    if path.exists():
-        raise HubError(f"{path} is a file; give the directory that save_pretrained wrote (config.json, "
-                       "model.safetensors, tokenizer.json)")
-    if str(source).count("/") > 1 or str(source).startswith((".", "~")):
-        raise HubError(f"{source}: no such directory")
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise HubError(f"{source} is not a local directory, and fetching it from the Hugging Face Hub needs "
-                       "huggingface_hub: pip install -e \".[hf]\"") from None
-    try:
-        return Path(snapshot_download(str(source), allow_patterns=["*.json", "*.safetensors", "*.model",
-                                                                   "*.spm", "*.txt"]))
-    except Exception as e:  # offline, unknown repository, gated model: huggingface_hub's own error types
-        raise HubError(f"cannot fetch {source} from the Hugging Face Hub ({type(e).__name__}: "
-                       f"{' '.join(str(e).split())[:200]}); on a machine without Hub access, download it "
-                       "elsewhere and pass the local directory") from None
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise HubError(f"{path} is missing; a save_pretrained directory holds it")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise HubError(f"{path} is not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise HubError(f"{path} must hold a JSON object")
-    return data
-
-
-def read_weights(directory: Path) -> dict[str, Tensor]:
-    """``model.safetensors`` (sharded ones too); a checkpoint saved only as a pickle is refused in one line."""
-    from safetensors.torch import load_file
-
-    single = directory / "model.safetensors"
-    index = directory / "model.safetensors.index.json"
-    if single.is_file():
-        return load_file(str(single))
-    if index.is_file():
-        shards = sorted(set(_read_json(index).get("weight_map", {}).values()))
-        weights: dict[str, Tensor] = {}
-        for shard in shards:
-            weights.update(load_file(str(directory / shard)))
-        return weights
-    if (directory / "pytorch_model.bin").is_file():
-        raise HubError(f"{directory} holds pytorch_model.bin (a pickle), which seqmap does not load; save it "
-                       "again with save_pretrained(dir, safe_serialization=True) to get model.safetensors")
-    raise HubError(f"{directory} has no model.safetensors; give the directory that save_pretrained wrote")
 
 
 def _take(weights: dict[str, Tensor], name: str, shape: tuple[int, ...] | None, where: Path) -> Tensor:
@@ -126,15 +65,6 @@ def _take(weights: dict[str, Tensor], name: str, shape: tuple[int, ...] | None, 
                 raise HubError(f"{where}: {key} has shape {tuple(t.shape)}, but config.json implies {shape}")
             return t.to(torch.float32)
     raise HubError(f"{where}: the weight {name} is missing (is config.json from the same model?)")
-
-
-def _rows(table: Tensor, hf_ids: list[int | None]) -> Tensor:
-    """Rows of ``table`` (V_hf, D) in seqmap's id order; zero rows for reserved ids no hf token plays."""
-    out = table.new_zeros(len(hf_ids), table.size(1))
-    for i, hf in enumerate(hf_ids):
-        if hf is not None:
-            out[i] = table[hf]
-    return out
 
 
 # -- GPT-2 ---------------------------------------------------------------------------------------------
@@ -178,7 +108,7 @@ def _gpt2(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, Te
                             tie_embeddings=True)
     w = read_weights(source)
     hf_ids = tok.hf_ids()
-    out = {"embedding.table.weight": _rows(_take(w, "wte.weight", (v, d), source), hf_ids),
+    out = {"embedding.table.weight": rows(_take(w, "wte.weight", (v, d), source), hf_ids),
            "positional.table.weight": _take(w, "wpe.weight", (config["n_positions"], d), source),
            "final_norm.weight": _take(w, "ln_f.weight", (d,), source),
            "final_norm.bias": _take(w, "ln_f.bias", (d,), source)}
@@ -219,7 +149,7 @@ def _marian_tokenizers(source: Path, config: dict[str, Any]) -> tuple[HFTokenize
     vocab_path = source / "vocab.json"
     if not vocab_path.is_file():
         raise HubError(f"{vocab_path} is missing (Marian's vocabulary); a MarianTokenizer's save_pretrained writes it")
-    tokenizer_config = _read_json(source / "tokenizer_config.json") if (source / "tokenizer_config.json").is_file() \
+    tokenizer_config = read_json(source / "tokenizer_config.json") if (source / "tokenizer_config.json").is_file() \
         else {}
     unk = tokenizer_config.get("unk_token", "<unk>")
     unk = unk.get("content", "<unk>") if isinstance(unk, dict) else unk
@@ -278,9 +208,9 @@ def _marian(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, 
                            "computes; learned positions are not supported for Marian")
     hf_ids = src_tok.hf_ids()
     pad = config["pad_token_id"]
-    table = _rows(_take(w, "shared.weight", (v, d), source), hf_ids)
+    table = rows(_take(w, "shared.weight", (v, d), source), hf_ids)
     table[BOS] = _take(w, "shared.weight", (v, d), source)[pad]  # the decoder starts from Marian's pad embedding
-    bias = _rows(_take(w, "final_logits_bias", (1, v), source).t(), hf_ids)[:, 0]
+    bias = rows(_take(w, "final_logits_bias", (1, v), source).t(), hf_ids)[:, 0]
     out = {"encoder.embedding.table.weight": table, "decoder.embedding.table.weight": table,
            "decoder.output.weight": table, "decoder.output.bias": bias}
     for side, n in (("encoder", layers[0]), ("decoder", layers[1])):
@@ -312,7 +242,7 @@ def _decode_config(source: Path, config: dict[str, Any], tok: HFTokenizer, famil
     """The model's generation defaults (``generation_config.json``, else ``config.json``) as seqmap's decode
     section, with ``beam_ranking: hf`` so that beam search ranks and stops as ``transformers``' ``generate``."""
     where = source / "generation_config.json"
-    gen = _read_json(where) if where.is_file() else config
+    gen = read_json(where) if where.is_file() else config
     where = where if where.is_file() else source / "config.json"
     beams, alpha = gen.get("num_beams", 1), gen.get("length_penalty", 1.0)
     max_length, max_new = gen.get("max_length", 20), gen.get("max_new_tokens")
@@ -333,7 +263,7 @@ def _decode_config(source: Path, config: dict[str, Any], tok: HFTokenizer, famil
 
 def _mapped(directory: Path, config: dict[str, Any], model_type: str):
     """The ``Imported`` (config, weights, tokenizers, classes) of one architecture."""
-    from seqmap.hub.encoders import Imported, bert, vit
+    from seqmap.hub.encoders import bert, vit
 
     if model_type == "marian":
         cfg, weights, src_tok, tok = _marian(directory, config)
@@ -351,7 +281,7 @@ def import_hf(source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     classes, ready for ``seqmap train --init``.
     """
     directory = resolve_source(source)
-    config = _read_json(directory / "config.json")
+    config = read_json(directory / "config.json")
     model_type = config.get("model_type")
     if model_type not in SUPPORTED:
         raise HubError(f"{directory / 'config.json'}: model_type {model_type!r} is not supported; seqmap imports "
