@@ -51,6 +51,10 @@ included, prompt excluded). Hypotheses are ranked by the normalized score
 * the stopping rule is its ``early_stopping``: ``True`` is rule 1; ``False`` stops a sentence with k
   finished hypotheses once the best live beam's score over its current length ** alpha cannot beat the
   k-th of them; ``"never"`` does the same with the maximum length when alpha > 0 (rule 3 as above).
+
+One difference remains by construction: ``transformers`` starts from k copies of the first beam, k - 1 of
+them scored -1e9, where seqmap starts from one beam; the two agree whenever the first step has at least
+2k tokens that are not banned (any real vocabulary).
 """
 
 from __future__ import annotations
