@@ -62,6 +62,9 @@ class ModelConfig:
     ff_dropout: float | None = None  # dropout inside the feed-forward, after the activation: None = model.dropout
     norm_position: str = "pre"  # pre (x + f(norm(x))) | post (norm(x + f(x)))
     norm: str = "layernorm"  # layernorm | rmsnorm
+    norm_eps: float = 1e-5  # epsilon of every norm (BERT and ViT use 1e-12)
+    embedding_norm: bool = False  # classifier, vit: a norm over embeddings + positions before the layers (BERT)
+    pooler: str = "none"  # classifier, vit: none | tanh (BERT's pooler: Linear D -> D and tanh before the head)
     activation: str = "relu"  # feed-forward non-linearity: relu | gelu | gelu_tanh (GPT-2) | silu (Marian) | swiglu
     positional: str = "sinusoidal"  # sinusoidal | learned | relative | t5 | rope | alibi | none
     max_len: int = 1024  # longest sequence for learned positions (others extrapolate)
@@ -115,6 +118,12 @@ class ModelConfig:
         _choice(s, "graph_attention", self.graph_attention, ("sparse", "dense"))
         _positive(s, "out_heads", self.out_heads)
         _choice(s, "pooling", self.pooling, ("cls", "mean"))
+        _choice(s, "pooler", self.pooler, ("none", "tanh"))
+        if (self.embedding_norm or self.pooler != "none") and self.family not in ("classifier", "vit"):
+            raise ConfigError(f"model.embedding_norm and model.pooler are for model.family classifier or vit, not "
+                              f"{self.family}; remove them")
+        if not 0.0 < self.norm_eps < 1.0:
+            raise ConfigError(f"model.norm_eps must be in (0, 1), got {self.norm_eps}")
         _choice(s, "norm_position", self.norm_position, ("pre", "post"))
         _choice(s, "norm", self.norm, ("layernorm", "rmsnorm"))
         _choice(s, "activation", self.activation, ACTIVATIONS)
@@ -343,7 +352,15 @@ class DecodeConfig:
     beam_size: int = 1  # 1 = greedy
     max_len_a: float = 1.5  # maximum output length = a * source length + b
     max_len_b: int = 10
-    length_penalty: float = 1.0  # GNMT alpha
+    length_penalty: float = 1.0  # alpha of the length normalization that beam_ranking names
+    beam_ranking: str = "gnmt"  # gnmt: finished hypotheses ranked by score / ((5 + len) / 6) ** alpha (Wu et al.),
+    #                             a sentence stops at beam_size finished | hf: transformers' generate (num_beams):
+    #                             score / len ** alpha, its early_stopping rule (hf_early_stopping), banned ids masked
+    #                             after the softmax; `seqmap import hf` sets it
+    hf_early_stopping: bool | str = False  # beam_ranking hf: transformers' early_stopping: true | false | never
+    #                             (both hf_ options are ignored by beam_ranking gnmt)
+    absent_ids: list[int] = field(default_factory=list)  # beam_ranking hf: seqmap's reserved ids an imported model
+    #                             has no token for, left out of the softmax (set by `seqmap import hf`)
     max_tokens: int = 4096  # tokens per decoding batch, counted after beam expansion (rows x beams x length)
     max_new_tokens: int = 200  # lm generation length
     temperature: float = 1.0  # sampling
@@ -358,6 +375,9 @@ class DecodeConfig:
                               f"got {self.temperature}")
         if not MIN_TOP_P <= self.top_p <= 1.0:
             raise ConfigError(f"decode.top_p must be in [{MIN_TOP_P:g}, 1] (1 = off), got {self.top_p}")
+        _choice("decode", "beam_ranking", self.beam_ranking, ("gnmt", "hf"))
+        if self.hf_early_stopping not in (True, False, "never"):
+            raise ConfigError(f"decode.hf_early_stopping must be true, false or never, got {self.hf_early_stopping!r}")
         if not 0.0 <= self.length_penalty <= MAX_LENGTH_PENALTY:
             raise ConfigError(f"decode.length_penalty must be in [0, {MAX_LENGTH_PENALTY:g}] (0 = none, "
                               f"1 = the usual), got {self.length_penalty}")

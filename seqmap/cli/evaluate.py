@@ -77,6 +77,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _has_training_rows(d) -> bool:
+    """Whether the run names its training data (an imported classifier does not: no baseline to fit then)."""
+    return any(x is not None for x in (d.train, d.train_src, d.dataset))
+
+
 def _evaluate_classifier(run, args: argparse.Namespace) -> int:
     from seqmap.evaluation import evaluate_classifier, evaluate_images
 
@@ -91,7 +96,8 @@ def _evaluate_classifier(run, args: argparse.Namespace) -> int:
     try:
         result = (evaluate_images(run, args.data, batch_size=run.cfg.train.batch_size) if images else
                   evaluate_classifier(run, args.data, text_column=d.src_column, label_column=d.tgt_column,
-                                      max_tokens=run.cfg.train.max_tokens, baseline=not args.no_baseline))
+                                      max_tokens=run.cfg.train.max_tokens,
+                                      baseline=not args.no_baseline and _has_training_rows(d)))
     except MissingBaselineDependency as e:
         raise UserError(f"{e} (or pass --no-baseline)") from None
     except ValueError as e:  # a label outside the classes, a malformed row, an empty file, a missing data.train

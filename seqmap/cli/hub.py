@@ -1,4 +1,5 @@
-"""``seqmap import hf SOURCE --out RUN_DIR`` and ``seqmap export hf RUN_DIR --out DIR``: the Hugging Face format."""
+"""``seqmap import hf SOURCE --out RUN_DIR``, ``seqmap export hf|ct2 RUN_DIR --out DIR``: the Hugging Face format
+and CTranslate2."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ def add_parser(commands) -> None:
         "import", allow_abbrev=False, help="import a pretrained model (Hugging Face format) as a run directory",
         description="hf SOURCE: a directory written by transformers' save_pretrained (config.json,\n"
                     "model.safetensors, tokenizer.json), or a Hub name where the Hub can be reached.\n"
-                    "Imports GPT2LMHeadModel so far (MarianMT, BERT and ViT: issue 15). The result opens\n"
-                    "with every verb, like a trained run.",
+                    "Imports MarianMTModel (OPUS-MT), GPT2LMHeadModel, BertForSequenceClassification /\n"
+                    "BertModel and ViTForImageClassification. The result opens with every verb, like a\n"
+                    "trained run; beam search ranks as transformers' generate (decode.beam_ranking: hf).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  seqmap import hf ~/models/gpt2 --out runs/gpt2\n"
-               "  seqmap generate runs/gpt2 --prompt \"Hello, I'm a language model,\" --greedy")
+               "  seqmap generate runs/gpt2 --prompt \"Hello, I'm a language model,\" --greedy\n"
+               "  seqmap import hf ~/models/bert-sst2 --out runs/bert-sst2\n"
+               "  seqmap classify runs/bert-sst2 \"a gripping, funny film\"")
     p.add_argument("format", choices=["hf"], help="the format of SOURCE (hf: Hugging Face transformers)")
     p.add_argument("source", metavar="SOURCE", help="a save_pretrained directory, or a Hub name")
     p.add_argument("--out", required=True, help="the run directory to write")
@@ -25,15 +29,20 @@ def add_parser(commands) -> None:
     e = commands.add_parser(
         "export", allow_abbrev=False, help="export a run in the Hugging Face format",
         description="hf RUN_DIR --out DIR: a decoder-only language model (family lm with learned positions,\n"
-                    "pre-LN, unscaled embeddings) as a GPT-2 directory that transformers loads\n"
-                    "(GPT2LMHeadModel.from_pretrained); its tokenizer as tokenizer.json where it converts.\n"
-                    "Encoder-decoder (Marian) export and CTranslate2: issue 15.",
+                    "pre-LN, unscaled embeddings) as a GPT-2 directory (GPT2LMHeadModel.from_pretrained),\n"
+                    "an encoder-decoder Transformer (post-LN, split sinusoidal positions, one shared\n"
+                    "vocabulary) as a MarianMT directory (MarianMTModel.from_pretrained); the tokenizer as\n"
+                    "it was imported, or as tokenizer.json where it converts.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  seqmap export hf runs/gpt2-finetuned --out exported/gpt2-finetuned")
-    e.add_argument("format", choices=["hf"], help="hf: Hugging Face transformers")
+        epilog="examples:\n  seqmap export hf runs/gpt2-finetuned --out exported/gpt2-finetuned\n"
+               "  seqmap export hf runs/opus-en-zh --out exported/opus-en-zh\n"
+               "  seqmap export ct2 runs/opus-en-zh --out ct2/opus-en-zh --quantization int8")
+    e.add_argument("format", choices=["hf", "ct2"], help="hf: Hugging Face transformers; ct2: CTranslate2 (through "
+                                                          "the hf export and CTranslate2's converter)")
     e.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its best checkpoint) or a checkpoint")
     e.add_argument("--out", required=True, help="the directory to write")
     e.add_argument("--checkpoint", default="best", help="best (default), last, or a checkpoint directory")
+    e.add_argument("--quantization", default=None, help="ct2: CTranslate2's weight quantization (int8, float16, ...)")
     e.set_defaults(handler=cmd_export)
 
 
@@ -51,16 +60,21 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from seqmap.hub import HubError, export_hf
+    from seqmap.hub.ct2 import export_ct2
+    from seqmap.hub.export import FAMILIES
     from seqmap.runs import load_run
 
     try:
         import transformers  # noqa: F401
     except ImportError:
-        raise UserError("seqmap export hf needs transformers: pip install -e \".[hf]\"") from None
+        raise UserError(f"seqmap export {args.format} needs transformers: pip install -e \".[hf]\"") from None
+    if args.quantization is not None and args.format != "ct2":
+        raise UserError("--quantization is for seqmap export ct2")
     run = load_run(args.run_dir, args.checkpoint)
     try:
-        out = export_hf(run, args.out)
+        out = export_hf(run, args.out) if args.format == "hf" else export_ct2(run, args.out, args.quantization)
     except HubError as e:
         raise UserError(str(e)) from None
-    print(f"exported {run.checkpoint} to {out} (GPT2LMHeadModel)")
+    what = FAMILIES[run.cfg.model.family] + (" for CTranslate2" if args.format == "ct2" else "")
+    print(f"exported {run.checkpoint} to {out} ({what})")
     return 0

@@ -40,6 +40,21 @@ Scores are sums of natural-log probabilities of the generated tokens (EOS
 included, prompt excluded). Hypotheses are ranked by the normalized score
 ``score / lp(length)`` with ``lp = ((5 + length) / 6) ** alpha`` (Wu et al. 2016),
 ``length`` counting the generated tokens, EOS included; alpha = 0 ranks by score.
+
+``ranking="hf"`` reproduces ``transformers``' ``generate(num_beams=k)`` instead (``decode.beam_ranking: hf``):
+
+* the normalized score is ``score / length ** alpha``;
+* banned ids are masked after the softmax (the model's own tokens keep their probability mass), and only
+  the ``absent`` ids (seqmap's reserved ids the original model has no token for) are left out of it;
+* at the maximum length, the candidates among the k best of the step finish (EOS or not), not the k live
+  beams chosen from all 2k;
+* the stopping rule is its ``early_stopping``: ``True`` is rule 1; ``False`` stops a sentence with k
+  finished hypotheses once the best live beam's score over its current length ** alpha cannot beat the
+  k-th of them; ``"never"`` does the same with the maximum length when alpha > 0 (rule 3 as above).
+
+One difference remains by construction: ``transformers`` starts from k copies of the first beam, k - 1 of
+them scored -1e9, where seqmap starts from one beam; the two agree whenever the first step has at least
+2k tokens that are not banned (any real vocabulary).
 """
 
 from __future__ import annotations
@@ -58,6 +73,11 @@ from seqmap.decoding.greedy import GreedyResult, last_query, max_lengths, next_l
 def gnmt_penalty(length: int, alpha: float) -> float:
     """GNMT length penalty ((5 + length) / 6) ** alpha; 1 when alpha = 0."""
     return ((5.0 + length) / 6.0) ** alpha
+
+
+def length_norm(length: int, alpha: float, ranking: str = "gnmt") -> float:
+    """What a hypothesis's score is divided by: GNMT's penalty, or ``length ** alpha`` (``transformers``)."""
+    return gnmt_penalty(length, alpha) if ranking == "gnmt" else float(max(length, 1)) ** alpha
 
 
 @dataclass
@@ -164,17 +184,26 @@ def advance(candidates: Candidates, beam_size: int, eos: int) -> Candidates:
     return Candidates(scores, candidates.rows.gather(1, pick), candidates.tokens.gather(1, pick))
 
 
-def _hypothesis(tokens: list[int], score: float, attention: Tensor | None, alpha: float) -> Hypothesis:
-    return Hypothesis(tokens, score, score / gnmt_penalty(len(tokens), alpha), attention)
+def _hypothesis(tokens: list[int], score: float, attention: Tensor | None, alpha: float,
+                ranking: str = "gnmt") -> Hypothesis:
+    return Hypothesis(tokens, score, score / length_norm(len(tokens), alpha, ranking), attention)
 
 
-def finish(beams: Beams, candidates: Candidates, eos: int, step_attention: Tensor | None, alpha: float) -> None:
-    """Move candidates that end in EOS and rank among the k best of their sentence to the finished lists."""
+def finish(beams: Beams, candidates: Candidates, eos: int, step_attention: Tensor | None, alpha: float,
+           ranking: str = "gnmt", at_limit: Tensor | None = None) -> None:
+    """Move candidates that end in EOS and rank among the k best of their sentence to the finished lists.
+
+    ``at_limit`` (G,) bool (ranking hf): those sentences' k best candidates finish whatever their last token.
+    """
     k = candidates.scores.size(1) // 2
-    ends = (candidates.tokens[:, :k] == eos) & torch.isfinite(candidates.scores[:, :k])
+    ends = candidates.tokens[:, :k] == eos
+    if at_limit is not None:
+        ends = ends | at_limit.to(ends.device)[:, None]
+    ends = ends & torch.isfinite(candidates.scores[:, :k])
     if not bool(ends.any()):
         return
     scores, rows, history = candidates.scores[:, :k].cpu(), candidates.rows[:, :k].cpu(), beams.tokens.cpu()
+    tokens = candidates.tokens[:, :k].cpu()
     for g, j in ends.nonzero().tolist():
         row = int(rows[g, j])
         attention = None
@@ -182,7 +211,7 @@ def finish(beams: Beams, candidates: Candidates, eos: int, step_attention: Tenso
             attention = step_attention[row]  # (L, H, 1, S)
             if beams.attention is not None:
                 attention = torch.cat([pad_keys(beams.attention[row], attention.size(-1)), attention], dim=-2)
-        hyp = _hypothesis(history[row].tolist() + [eos], float(scores[g, j]), attention, alpha)
+        hyp = _hypothesis(history[row].tolist() + [int(tokens[g, j])], float(scores[g, j]), attention, alpha, ranking)
         beams.finished[int(beams.sentences[g])].append(hyp)
 
 
@@ -230,6 +259,24 @@ def stopped(beams: Beams, limits: Tensor, n_best: int, beam_size: int, alpha: fl
     return stop
 
 
+def stopped_hf(beams: Beams, limits: Tensor, beam_size: int, alpha: float, early_stopping: bool | str) -> Tensor:
+    """(G,) which sentences stop searching now under ``transformers``' ``early_stopping`` (ranking hf)."""
+    best_live = beams.scores.max(dim=1).values.cpu()  # (G,)
+    stop = torch.zeros(len(beams.sentences), dtype=torch.bool)
+    for g, sentence in enumerate(beams.sentences.tolist()):
+        finished = beams.finished[sentence]
+        if best_live[g] == float("-inf"):
+            stop[g] = True
+        elif len(finished) >= beam_size:
+            if early_stopping is True:
+                stop[g] = True
+                continue
+            length = int(limits[sentence]) if early_stopping == "never" and alpha > 0 else beams.tokens.size(1)
+            worst = sorted((h.normalized for h in finished), reverse=True)[beam_size - 1]
+            stop[g] = float(best_live[g]) / length_norm(length, alpha, "hf") <= worst
+    return stop
+
+
 def keep_sentences(beams: Beams, keep: Tensor) -> Beams:
     """The beams of the sentences ``keep`` (G,) bool (CPU)."""
     k = beams.width
@@ -256,6 +303,9 @@ def beam_search(
     need_attention: bool = False,
     pad: int = 0,
     banned: Sequence[int] = (),
+    ranking: str = "gnmt",
+    early_stopping: bool | str = False,
+    absent: Sequence[int] = (),
 ) -> BeamResult:
     """Beam search for a batch of sentences (see the module docstring for the algorithm and stopping rule).
 
@@ -278,11 +328,17 @@ def beam_search(
         need_attention: keep each hypothesis's attention (L, H, T, S).
         pad: fills ``BeamResult.best().tokens`` after a hypothesis ends.
         banned: ids never generated (see ``next_log_probs``); text-level decoding bans PAD, BOS and UNK.
+        ranking: gnmt (seqmap's) or hf (``transformers``' ``generate``; see the module docstring).
+        early_stopping: ranking hf: ``transformers``' early_stopping (True, False or "never").
+        absent: ranking hf: ids left out of the softmax (those the original model has no token for).
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}")
+    if ranking not in ("gnmt", "hf"):
+        raise ValueError(f"ranking must be gnmt or hf, got {ranking!r}")
+    hf = ranking == "hf"
     step_input = start_tokens(src, prompt, bos)
     batch, device = step_input.size(0), step_input.device
     limits = max_lengths(max_len, batch)
@@ -291,15 +347,19 @@ def beam_search(
     beams = Beams(torch.arange(batch), torch.zeros(batch, 1, device=device),
                   torch.empty(batch, 0, dtype=torch.long, device=device), finished=[[] for _ in range(batch)])
     for _ in range(int(limits.max())):
-        log_probs = next_log_probs(logits, banned)  # (G*n, V)
+        log_probs = next_log_probs(logits, banned, absent if hf else None)  # (G*n, V)
         candidates = prune(expand(beams.scores, log_probs), beam_size, log_probs.size(-1))
         step_attention = last_query(attn) if need_attention else None
-        finish(beams, candidates, eos, step_attention, length_penalty)
+        at_limit = limits[beams.sentences] <= beams.tokens.size(1) + 1 if hf else None  # (G,)
+        finish(beams, candidates, eos, step_attention, length_penalty, ranking, at_limit)
         live = advance(candidates, beam_size, eos)
         same_sources = beams.width == beam_size  # beams move within their sentence's block of k rows
         beams = follow(beams, live, step_attention)
-        keep = ~(finish_at_limit(beams, limits, length_penalty)
-                 | stopped(beams, limits, n_best, beam_size, length_penalty))
+        if hf:
+            keep = ~(at_limit | stopped_hf(beams, limits, beam_size, length_penalty, early_stopping))
+        else:
+            keep = ~(finish_at_limit(beams, limits, length_penalty)
+                     | stopped(beams, limits, n_best, beam_size, length_penalty))
         if not bool(keep.any()):
             break
         index = live.rows

@@ -51,16 +51,24 @@ def pick_best(log_probs: Tensor) -> tuple[Tensor, Tensor]:
     return best, best_score
 
 
-def next_log_probs(logits: Tensor, banned: Sequence[int] = ()) -> Tensor:
+def next_log_probs(logits: Tensor, banned: Sequence[int] = (), absent: Sequence[int] | None = None) -> Tensor:
     """(B, t, V) logits of a decode step -> (B, V) float log-probabilities of each row's next token.
 
     ``banned`` ids (e.g. PAD, BOS and UNK, which a translation must never contain) get -inf
     before the softmax: they are never chosen, and the rest renormalize among themselves.
+    With ``absent`` given (``transformers``' way, for ``beam_ranking: hf``), only the ``absent`` ids
+    (those the original model has no token for) are left out of the softmax, and the other banned
+    ids get -inf after it, without renormalizing.
     """
     last = logits[:, -1].float()
-    if banned:
-        last = last.index_fill(-1, torch.tensor(list(banned), device=last.device), float("-inf"))
-    return torch.log_softmax(last, dim=-1)
+    before = banned if absent is None else absent
+    if before:
+        last = last.index_fill(-1, torch.tensor(list(before), device=last.device), float("-inf"))
+    log_probs = torch.log_softmax(last, dim=-1)
+    after = [] if absent is None else sorted(set(banned) - set(absent))
+    if after:
+        log_probs = log_probs.index_fill(-1, torch.tensor(after, device=last.device), float("-inf"))
+    return log_probs
 
 
 def start_tokens(src: Tensor | None, prompt: Tensor | None, bos: int) -> Tensor:

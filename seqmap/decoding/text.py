@@ -26,7 +26,7 @@ from torch import Tensor
 
 from seqmap.config import DecodeConfig, from_dict, to_dict
 from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD, Tokenizer
-from seqmap.decoding.beam import Hypothesis, beam_search, gnmt_penalty
+from seqmap.decoding.beam import Hypothesis, beam_search, length_norm
 from seqmap.decoding.greedy import decode_loop, pick_best
 from seqmap.decoding.sampling import sampling_choice
 
@@ -105,13 +105,15 @@ def decode_batch(model, src: Tensor | None, src_mask: Tensor | None, prompt: Ten
         for b, (length, score) in enumerate(zip(result.lengths.tolist(), result.scores.tolist())):
             attention = None if result.attention is None else result.attention[b, :, :, :length]
             out.append([Hypothesis(result.tokens[b, :length].tolist(), score,
-                                   score / gnmt_penalty(length, decode.length_penalty), attention)])
+                                   score / length_norm(length, decode.length_penalty, decode.beam_ranking),
+                                   attention)])
         return out
     if n_best > decode.beam_size:
         raise ValueError(f"n_best={n_best} needs decode.beam_size >= {n_best} (got {decode.beam_size})")
     return beam_search(model, src, src_mask, beam_size=decode.beam_size, bos=BOS, eos=EOS, max_len=max_len,
                        length_penalty=decode.length_penalty, n_best=n_best, prompt=prompt,
-                       need_attention=need_attention, pad=PAD, banned=NEVER_GENERATED).hypotheses
+                       need_attention=need_attention, pad=PAD, banned=NEVER_GENERATED, ranking=decode.beam_ranking,
+                       early_stopping=decode.hf_early_stopping, absent=decode.absent_ids).hypotheses
 
 
 def _generator(sample: bool, seed: int, device) -> torch.Generator | None:

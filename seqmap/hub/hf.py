@@ -15,17 +15,18 @@ ordinary config options with their own tests):
   embedding scaling, the output layer tied to the embedding. GPT-2's ``Conv1D`` layers store their
   weights transposed ((in, out)); its ``c_attn`` holds query, key and value side by side, as seqmap's
   fused ``in_proj`` does.
+* ``BertForSequenceClassification`` / ``BertModel`` -> ``family: classifier`` and
+  ``ViTForImageClassification`` -> ``family: vit``: see ``seqmap.hub.encoders``.
 
 The vocabulary is re-ordered so the model's special tokens take seqmap's reserved ids (see
 ``seqmap.data.hf_tokenizer``); embedding rows move with the same map. Weights are read from
 ``model.safetensors`` only (no pickle). Every problem is one line naming the file or the field.
-``export_hf`` writes a language-model run back as a GPT-2 directory. Not yet: MarianMT, BERT and ViT import,
-encoder-decoder export, CTranslate2 (issue 15).
+The model's generation defaults become the run's decode section, with ``beam_ranking: hf`` (beam search
+as ``transformers``' ``generate``). Export (back to ``transformers``) is ``seqmap.hub.export``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -33,77 +34,27 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from seqmap.config import DataConfig, ModelConfig, RunConfig, TrainConfig, save_config, to_dict
+from seqmap.config import (
+    MAX_LENGTH_PENALTY,
+    ConfigError,
+    DataConfig,
+    DecodeConfig,
+    ModelConfig,
+    RunConfig,
+    TrainConfig,
+    save_config,
+    to_dict,
+)
 from seqmap.data.hf_tokenizer import HFTokenizer
-from seqmap.data.tokenizer_base import BOS, EOS
+from seqmap.data.tokenizer_base import BOS
 from seqmap.data.tokenizers import save_pair
+from seqmap.hub.source import HubError, Imported, read_json, read_weights, resolve_source, rows
 from seqmap.models.builder import build_model
 from seqmap.nn.positional import sinusoidal_table
 from seqmap.training.checkpoint_manager import CheckpointManager
 
-
-class HubError(ValueError):
-    """A pretrained checkpoint cannot be imported; the message names the file or field and the fix."""
-
-
-SUPPORTED = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel"}
-NOT_YET = {"bert": "BertModel / BertForSequenceClassification", "vit": "ViTForImageClassification"}
-
-
-def resolve_source(source: str | os.PathLike) -> Path:
-    """A local ``save_pretrained`` directory, or a Hub name fetched with ``huggingface_hub`` (one line when offline)."""
-    path = Path(source)
-    if path.is_dir():
-        return path
-    if path.exists():
-        raise HubError(f"{path} is a file; give the directory that save_pretrained wrote (config.json, "
-                       "model.safetensors, tokenizer.json)")
-    if str(source).count("/") > 1 or str(source).startswith((".", "~")):
-        raise HubError(f"{source}: no such directory")
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise HubError(f"{source} is not a local directory, and fetching it from the Hugging Face Hub needs "
-                       "huggingface_hub: pip install -e \".[hf]\"") from None
-    try:
-        return Path(snapshot_download(str(source), allow_patterns=["*.json", "*.safetensors", "*.model",
-                                                                   "*.spm", "*.txt"]))
-    except Exception as e:  # offline, unknown repository, gated model: huggingface_hub's own error types
-        raise HubError(f"cannot fetch {source} from the Hugging Face Hub ({type(e).__name__}: "
-                       f"{' '.join(str(e).split())[:200]}); on a machine without Hub access, download it "
-                       "elsewhere and pass the local directory") from None
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise HubError(f"{path} is missing; a save_pretrained directory holds it")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise HubError(f"{path} is not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise HubError(f"{path} must hold a JSON object")
-    return data
-
-
-def read_weights(directory: Path) -> dict[str, Tensor]:
-    """``model.safetensors`` (sharded ones too); a checkpoint saved only as a pickle is refused in one line."""
-    from safetensors.torch import load_file
-
-    single = directory / "model.safetensors"
-    index = directory / "model.safetensors.index.json"
-    if single.is_file():
-        return load_file(str(single))
-    if index.is_file():
-        shards = sorted(set(_read_json(index).get("weight_map", {}).values()))
-        weights: dict[str, Tensor] = {}
-        for shard in shards:
-            weights.update(load_file(str(directory / shard)))
-        return weights
-    if (directory / "pytorch_model.bin").is_file():
-        raise HubError(f"{directory} holds pytorch_model.bin (a pickle), which seqmap does not load; save it "
-                       "again with save_pretrained(dir, safe_serialization=True) to get model.safetensors")
-    raise HubError(f"{directory} has no model.safetensors; give the directory that save_pretrained wrote")
+SUPPORTED = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel", "bert": "BertForSequenceClassification / BertModel",
+             "vit": "ViTForImageClassification"}
 
 
 def _take(weights: dict[str, Tensor], name: str, shape: tuple[int, ...] | None, where: Path) -> Tensor:
@@ -114,15 +65,6 @@ def _take(weights: dict[str, Tensor], name: str, shape: tuple[int, ...] | None, 
                 raise HubError(f"{where}: {key} has shape {tuple(t.shape)}, but config.json implies {shape}")
             return t.to(torch.float32)
     raise HubError(f"{where}: the weight {name} is missing (is config.json from the same model?)")
-
-
-def _rows(table: Tensor, hf_ids: list[int | None]) -> Tensor:
-    """Rows of ``table`` (V_hf, D) in seqmap's id order; zero rows for reserved ids no hf token plays."""
-    out = table.new_zeros(len(hf_ids), table.size(1))
-    for i, hf in enumerate(hf_ids):
-        if hf is not None:
-            out[i] = table[hf]
-    return out
 
 
 # -- GPT-2 ---------------------------------------------------------------------------------------------
@@ -166,7 +108,7 @@ def _gpt2(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, Te
                             tie_embeddings=True)
     w = read_weights(source)
     hf_ids = tok.hf_ids()
-    out = {"embedding.table.weight": _rows(_take(w, "wte.weight", (v, d), source), hf_ids),
+    out = {"embedding.table.weight": rows(_take(w, "wte.weight", (v, d), source), hf_ids),
            "positional.table.weight": _take(w, "wpe.weight", (config["n_positions"], d), source),
            "final_norm.weight": _take(w, "ln_f.weight", (d,), source),
            "final_norm.bias": _take(w, "ln_f.bias", (d,), source)}
@@ -207,7 +149,7 @@ def _marian_tokenizers(source: Path, config: dict[str, Any]) -> tuple[HFTokenize
     vocab_path = source / "vocab.json"
     if not vocab_path.is_file():
         raise HubError(f"{vocab_path} is missing (Marian's vocabulary); a MarianTokenizer's save_pretrained writes it")
-    tokenizer_config = _read_json(source / "tokenizer_config.json") if (source / "tokenizer_config.json").is_file() \
+    tokenizer_config = read_json(source / "tokenizer_config.json") if (source / "tokenizer_config.json").is_file() \
         else {}
     unk = tokenizer_config.get("unk_token", "<unk>")
     unk = unk.get("content", "<unk>") if isinstance(unk, dict) else unk
@@ -266,9 +208,9 @@ def _marian(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, 
                            "computes; learned positions are not supported for Marian")
     hf_ids = src_tok.hf_ids()
     pad = config["pad_token_id"]
-    table = _rows(_take(w, "shared.weight", (v, d), source), hf_ids)
+    table = rows(_take(w, "shared.weight", (v, d), source), hf_ids)
     table[BOS] = _take(w, "shared.weight", (v, d), source)[pad]  # the decoder starts from Marian's pad embedding
-    bias = _rows(_take(w, "final_logits_bias", (1, v), source).t(), hf_ids)[:, 0]
+    bias = rows(_take(w, "final_logits_bias", (1, v), source).t(), hf_ids)[:, 0]
     out = {"encoder.embedding.table.weight": table, "decoder.embedding.table.weight": table,
            "decoder.output.weight": table, "decoder.output.bias": bias}
     for side, n in (("encoder", layers[0]), ("decoder", layers[1])):
@@ -296,142 +238,80 @@ def _marian(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, 
     return cfg, out, src_tok, tgt_tok
 
 
+def _decode_config(source: Path, config: dict[str, Any], tok: HFTokenizer, family: str) -> DecodeConfig:
+    """The model's generation defaults (``generation_config.json``, else ``config.json``) as seqmap's decode
+    section, with ``beam_ranking: hf`` so that beam search ranks and stops as ``transformers``' ``generate``."""
+    where = source / "generation_config.json"
+    gen = read_json(where) if where.is_file() else config
+    where = where if where.is_file() else source / "config.json"
+    beams, alpha = gen.get("num_beams", 1), gen.get("length_penalty", 1.0)
+    max_length, max_new = gen.get("max_length", 20), gen.get("max_new_tokens")
+    if not isinstance(beams, int) or beams < 1 or not isinstance(max_length, int) or max_length < 2:
+        raise HubError(f"{where}: num_beams must be a positive integer and max_length at least 2, got "
+                       f"{beams!r} and {max_length!r}")
+    if not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= MAX_LENGTH_PENALTY:
+        raise HubError(f"{where}: length_penalty {alpha!r} is outside seqmap's range [0, {MAX_LENGTH_PENALTY:g}]")
+    lengths = ({"max_new_tokens": max_new if isinstance(max_new, int) else max_length} if family == "lm"
+               else {"max_len_a": 0.0, "max_len_b": max_length - 1})  # Marian's max_length counts its start token
+    try:
+        return DecodeConfig(beam_size=beams, length_penalty=float(alpha), beam_ranking="hf",
+                            hf_early_stopping=gen.get("early_stopping", False),
+                            absent_ids=[i for i in range(4) if tok.to_hf(i) is None], **lengths)
+    except ConfigError as e:
+        raise HubError(f"{where}: {e}") from None
+
+
+def _mapped(directory: Path, config: dict[str, Any], model_type: str):
+    """The ``Imported`` (config, weights, tokenizers, classes) of one architecture."""
+    from seqmap.hub.encoders import bert, vit
+
+    if model_type == "marian":
+        cfg, weights, src_tok, tok = _marian(directory, config)
+        return Imported(cfg, weights, src_tok, tok)
+    if model_type == "gpt2":
+        cfg, weights, tok = _gpt2(directory, config)
+        return Imported(cfg, weights, tok, tok)
+    return bert(directory, config) if model_type == "bert" else vit(directory, config)
+
+
 def import_hf(source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """Convert the pretrained model in ``source`` into a seqmap run directory ``out_dir``; returns its checkpoint."""
+    """Convert the pretrained model in ``source`` into a seqmap run directory ``out_dir``; returns its checkpoint.
+
+    A ``BertModel`` (no classification head) imports with a newly initialised head over its ``num_labels``
+    classes, ready for ``seqmap train --init``.
+    """
     directory = resolve_source(source)
-    config = _read_json(directory / "config.json")
+    config = read_json(directory / "config.json")
     model_type = config.get("model_type")
-    if model_type in NOT_YET:
-        raise HubError(f"{directory / 'config.json'}: {NOT_YET[model_type]} ({model_type}) is not importable yet; "
-                       f"seqmap imports {', '.join(SUPPORTED.values())} so far")
     if model_type not in SUPPORTED:
         raise HubError(f"{directory / 'config.json'}: model_type {model_type!r} is not supported; seqmap imports "
                        f"{', '.join(f'{v} ({k})' for k, v in SUPPORTED.items())}")
-    if model_type == "marian":
-        cfg, weights, src_tok, tok = _marian(directory, config)
-    else:
-        cfg, weights, tok = _gpt2(directory, config)
-        src_tok = tok
+    imported = _mapped(directory, config, model_type)
+    cfg, weights, tok = imported.cfg, imported.weights, imported.tgt_tok
+    if cfg.model.family in ("transformer", "lm"):
+        cfg.decode = _decode_config(directory, config, tok, cfg.model.family)
     model = build_model(cfg.model)
     state = model.state_dict()
-    missing = sorted(set(state) - set(weights))
+    untrained = {"head.weight", "head.bias"} if model_type == "bert" else set()  # BertModel has no head
+    missing = sorted(set(state) - set(weights) - untrained)
     if missing:
         raise HubError(f"{directory}: no weights for {', '.join(missing[:3])} (an architecture option seqmap does "
                        "not map)")
     with torch.no_grad():
         for name, tensor in state.items():
-            tensor.copy_(weights[name])
+            if name in weights:
+                tensor.copy_(weights[name])
     out = Path(out_dir)
     if (out / "checkpoints").exists():
         raise HubError(f"{out} already holds checkpoints; choose another --out directory")
     tok_dir = out / "tokenizer"
-    save_pair(src_tok, tok, tok_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if tok is not None:
+        save_pair(imported.src_tok, tok, tok_dir)
+    tok_dir.mkdir(parents=True, exist_ok=True)
+    if imported.labels is not None:
+        from seqmap.data.pipeline import LABELS_FILE
+
+        imported.labels.save(tok_dir / LABELS_FILE)
     save_config(cfg, out / "config.yaml")
-    return CheckpointManager(out).save(0, model=model, trainer_state={"step": 0, "imported_from": str(source)},
-                                       config=to_dict(cfg), tokenizer_dir=tok_dir)
-
-
-# -- export ----------------------------------------------------------------------------------------------
-
-
-def _gpt2_compatible(m: ModelConfig) -> str | None:
-    """Why a decoder-only seqmap model has no GPT-2 equivalent (None when it has one)."""
-    wanted = {"positional": "learned", "norm_position": "pre", "norm": "layernorm", "scale_embeddings": False}
-    for key, value in wanted.items():
-        if getattr(m, key) != value:
-            return f"model.{key}={getattr(m, key)!r} (GPT-2 has {key} {value!r})"
-    if m.activation not in ("gelu_tanh", "gelu", "relu"):
-        return f"model.activation={m.activation!r} (GPT-2's MLP takes gelu_tanh, gelu or relu)"
-    if m.n_kv_heads not in (None, m.n_heads):
-        return f"model.n_kv_heads={m.n_kv_heads} (GPT-2 has one key/value head per query head)"
-    return None
-
-
-def export_hf(run, out_dir: str | os.PathLike) -> Path:
-    """Write a seqmap language-model run as a GPT-2 directory that ``transformers`` loads (``GPT2LMHeadModel``).
-
-    With an imported (hf) tokenizer the vocabulary goes back to the model's own order and its ``tokenizer.json``
-    is written beside; with seqmap's char or word tokenizer a word-level ``tokenizer.json`` over seqmap's
-    pieces; a sentencepiece tokenizer is not converted (the model keeps seqmap's ids, one line says so).
-    Returns ``out_dir``. Encoder-decoder export (Marian) is not built yet.
-    """
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    m = run.cfg.model
-    if m.family != "lm":
-        raise HubError(f"{run.checkpoint}: model.family={m.family}; seqmap exports decoder-only language models "
-                       "(family lm, as GPT-2) so far")
-    why = _gpt2_compatible(m)
-    if why is not None:
-        raise HubError(f"{run.checkpoint}: {why}; this model has no GPT-2 equivalent")
-    tok = run.tgt_tok
-    hf_tok = tok if isinstance(tok, HFTokenizer) else None
-    order = list(range(tok.vocab_size))  # the exported row of each hf id: seqmap ids
-    eos = EOS
-    if hf_tok is not None:
-        order = [hf_tok.to_seqmap(h) for h in range(hf_tok.hf_vocab)]
-        eos = hf_tok.roles["eos"]
-    d, sd = m.d_model, run.model.state_dict()
-    config = GPT2Config(vocab_size=len(order), n_positions=m.max_len, n_embd=d, n_layer=m.dec_layers,
-                        n_head=m.n_heads, n_inner=m.d_ff,
-                        activation_function={"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}[m.activation],
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
-                        bos_token_id=hf_tok.roles.get("bos", eos) if hf_tok else EOS, eos_token_id=eos,
-                        tie_word_embeddings=m.tie_embeddings)
-    model = GPT2LMHeadModel(config).eval()
-    index = torch.tensor(order)
-    weights = {"transformer.wte.weight": sd["embedding.table.weight"][index],
-               "transformer.wpe.weight": sd["positional.table.weight"],
-               "transformer.ln_f.weight": sd["final_norm.weight"], "transformer.ln_f.bias": sd["final_norm.bias"]}
-    if not m.tie_embeddings:
-        weights["lm_head.weight"] = sd["output.weight"][index]
-    for i in range(m.dec_layers):
-        h, p = f"transformer.h.{i}", f"layers.{i}"
-        weights[f"{h}.attn.c_attn.weight"] = sd[f"{p}.self_attn.in_proj.weight"].t()
-        weights[f"{h}.attn.c_attn.bias"] = sd[f"{p}.self_attn.in_proj.bias"]
-        weights[f"{h}.attn.c_proj.weight"] = sd[f"{p}.self_attn.out_proj.weight"].t()
-        weights[f"{h}.attn.c_proj.bias"] = sd[f"{p}.self_attn.out_proj.bias"]
-        weights[f"{h}.mlp.c_fc.weight"] = sd[f"{p}.ff.w1.weight"].t()
-        weights[f"{h}.mlp.c_fc.bias"] = sd[f"{p}.ff.w1.bias"]
-        weights[f"{h}.mlp.c_proj.weight"] = sd[f"{p}.ff.w2.weight"].t()
-        weights[f"{h}.mlp.c_proj.bias"] = sd[f"{p}.ff.w2.bias"]
-        for n in (1, 2):
-            for part in ("weight", "bias"):
-                weights[f"{h}.ln_{n}.{part}"] = sd[f"{p}.norm{n}.{part}"]
-    missing, unexpected = model.load_state_dict({k: v.contiguous() for k, v in weights.items()}, strict=False)
-    missing = [k for k in missing if not k.endswith(("attn.bias", "attn.masked_bias")) and k != "lm_head.weight"]
-    if missing or unexpected:
-        raise HubError(f"export mapping incomplete: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    if hf_tok is None:  # seqmap never generates PAD, BOS or UNK; transformers should not either
-        model.generation_config.suppress_tokens = [0, 1, 3]
-    out = Path(out_dir)
-    model.save_pretrained(out)
-    _export_tokenizer(tok, out)
-    return out
-
-
-def _export_tokenizer(tok, out: Path) -> None:
-    """tokenizer.json (and its transformers config) for the exported model, where the tokenizer converts."""
-    from transformers import PreTrainedTokenizerFast
-
-    if isinstance(tok, HFTokenizer) and tok.backend.name == "tokenizers":
-        hf = tok.tok
-        eos = hf.id_to_token(tok.roles["eos"])
-        PreTrainedTokenizerFast(tokenizer_object=hf, eos_token=eos, bos_token=eos, unk_token=eos).save_pretrained(out)
-        return
-    if tok.kind in ("char", "word"):
-        from tokenizers import Tokenizer, models, pre_tokenizers
-
-        vocab = {piece: i for i, piece in enumerate(tok.pieces(range(tok.vocab_size)))}
-        words = Tokenizer(models.WordLevel(vocab, unk_token=tok.pieces([3])[0]))
-        words.pre_tokenizer = (pre_tokenizers.Split("", "isolated") if tok.kind == "char"
-                               else pre_tokenizers.WhitespaceSplit())
-        names = tok.pieces([0, 1, 2, 3])
-        PreTrainedTokenizerFast(tokenizer_object=words, pad_token=names[0], bos_token=names[1], eos_token=names[2],
-                                unk_token=names[3]).save_pretrained(out)
-        return
-    (out / "TOKENIZER.txt").write_text(
-        f"This model was trained with seqmap's {tok.kind} (sentencepiece) tokenizer, which is not converted to\n"
-        "tokenizer.json here: its token ids are seqmap's (0 PAD, 1 BOS, 2 EOS, 3 UNK). Encode text with seqmap\n"
-        "(seqmap.data.tokenizers.load_tokenizer on the run's tokenizer/ directory).\n", encoding="utf-8")
+    state = {"step": 0, "imported_from": str(source), "untrained_head": bool(untrained - set(weights))}
+    return CheckpointManager(out).save(0, model=model, trainer_state=state, config=to_dict(cfg), tokenizer_dir=tok_dir)

@@ -59,7 +59,7 @@ def _ff(cfg: ModelConfig) -> FeedForward:
 
 
 def _norm(cfg: ModelConfig) -> nn.Module:
-    return make_norm(cfg.norm, cfg.d_model)
+    return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
 
 
 def _final_norm(cfg: ModelConfig) -> nn.Module:
@@ -131,6 +131,11 @@ def build_lm(cfg: ModelConfig) -> DecoderOnlyLM:
     return model
 
 
+def _pooler(cfg: ModelConfig) -> nn.Module | None:
+    """BERT's pooler (Linear D -> D, tanh) for ``model.pooler: tanh``; None for none."""
+    return nn.Sequential(nn.Linear(cfg.d_model, cfg.d_model), nn.Tanh()) if cfg.pooler == "tanh" else None
+
+
 def build_classifier(cfg: ModelConfig, n_classes: int, pooling: str = "cls") -> TransformerClassifier:
     """The encoder-only classifier: ``cfg.src_vocab`` tokens, ``cfg.enc_layers`` layers, ``n_classes`` labels."""
     if cfg.src_vocab <= 0:
@@ -140,8 +145,9 @@ def build_classifier(cfg: ModelConfig, n_classes: int, pooling: str = "cls") -> 
     embedding = TokenEmbedding(cfg.src_vocab, cfg.d_model, cfg.pad_id, cfg.scale_embeddings)
     encoder = TransformerEncoder(
         embedding, _positional(cfg, causal=False),
-        [_encoder_layer(cfg, causal=False) for _ in range(cfg.enc_layers)], _final_norm(cfg), cfg.dropout)
-    model = TransformerClassifier(encoder, n_classes, pooling, cfg.dropout)
+        [_encoder_layer(cfg, causal=False) for _ in range(cfg.enc_layers)], _final_norm(cfg), cfg.dropout,
+        _norm(cfg) if cfg.embedding_norm else None)
+    model = TransformerClassifier(encoder, n_classes, pooling, cfg.dropout, _pooler(cfg))
     _init_linears(model)
     return model
 
@@ -164,8 +170,9 @@ def build_vit(cfg: ModelConfig) -> TransformerClassifier:
     patches = PatchEmbedding(*shape, cfg.patch_size, cfg.d_model, cfg.pixel_mean or None, cfg.pixel_std or None)
     encoder = TransformerEncoder(
         patches, _positional(cfg, causal=False),
-        [_encoder_layer(cfg, causal=False) for _ in range(cfg.enc_layers)], _final_norm(cfg), cfg.dropout)
-    model = TransformerClassifier(encoder, cfg.n_classes, cfg.pooling, cfg.dropout)
+        [_encoder_layer(cfg, causal=False) for _ in range(cfg.enc_layers)], _final_norm(cfg), cfg.dropout,
+        _norm(cfg) if cfg.embedding_norm else None)
+    model = TransformerClassifier(encoder, cfg.n_classes, cfg.pooling, cfg.dropout, _pooler(cfg))
     _init_linears(model)
     return model
 def build_speech(cfg: ModelConfig) -> SpeechTransformer:

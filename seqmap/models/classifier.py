@@ -13,6 +13,8 @@ post-LN), so the classifier is the seed's worked encoder-only stack with a head 
   (BERT, ViT). It takes position 0 and is never padding.
 * ``mean``: the mean of the final states at real (non-padding) positions.
 
+An optional ``pooler`` (BERT's: Linear D -> D, then tanh) transforms the pooled vector before the head.
+
 Padding never changes a prediction: padded keys get zero attention weight and padded states are
 left out of the mean.
 """
@@ -31,7 +33,8 @@ POOLINGS = ("cls", "mean")
 class TransformerClassifier(nn.Module):
     """``TransformerEncoder`` + pooling + a Linear head over ``n_classes``."""
 
-    def __init__(self, encoder: TransformerEncoder, n_classes: int, pooling: str = "cls", dropout: float = 0.0):
+    def __init__(self, encoder: TransformerEncoder, n_classes: int, pooling: str = "cls", dropout: float = 0.0,
+                 pooler: nn.Module | None = None):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
@@ -40,6 +43,7 @@ class TransformerClassifier(nn.Module):
         self.encoder, self.pooling = encoder, pooling
         d_model = encoder.embedding.d_model
         self.cls = nn.Parameter(torch.zeros(d_model)) if pooling == "cls" else None
+        self.pooler = pooler or nn.Identity()
         self.dropout = Dropout(dropout)
         self.head = nn.Linear(d_model, n_classes)
 
@@ -71,7 +75,7 @@ class TransformerClassifier(nn.Module):
     def forward(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
         """src (B, S) token ids and src_mask (B, S) True at real tokens (or images, mask None) -> logits (B, C)."""
         states, mask, _ = self.encode(src, src_mask)
-        return self.head(self.dropout(self.pool(states, mask)))
+        return self.head(self.dropout(self.pooler(self.pool(states, mask))))
 
     def encoder_attention(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
         """Self-attention weights (B, L, H, S', S'), for plots (with ``cls`` pooling, position 0 is CLS)."""

@@ -23,12 +23,13 @@ from seqmap.nn.positional import PositionalEncoding
 
 
 class TransformerEncoder(nn.Module):
-    """Embedding + positions, N non-causal layers, final norm (pre-LN) or identity (post-LN)."""
+    """Embedding + positions (+ a norm, BERT's), N non-causal layers, final norm (pre-LN) or identity (post-LN)."""
 
     def __init__(self, embedding: TokenEmbedding, positional: PositionalEncoding, layers: list[EncoderLayer],
-                 final_norm: nn.Module, dropout: float = 0.0):
+                 final_norm: nn.Module, dropout: float = 0.0, embedding_norm: nn.Module | None = None):
         super().__init__()
         self.embedding, self.positional = embedding, positional
+        self.embedding_norm = embedding_norm or nn.Identity()
         self.layers = nn.ModuleList(layers)
         self.final_norm = final_norm
         self.dropout = Dropout(dropout)
@@ -40,7 +41,7 @@ class TransformerEncoder(nn.Module):
         ``embedded=True``: src is already vectors (B, S, D) (token embeddings with a class vector in
         front, or image patches); positions, dropout and the layers are applied as to embeddings.
         """
-        x = self.dropout(self.positional.embed(src if embedded else self.embedding(src)))
+        x = self.dropout(self.embedding_norm(self.positional.embed(src if embedded else self.embedding(src))))
         mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
         weights = []
         for layer in self.layers:

@@ -91,3 +91,20 @@ def test_text_decoding_never_writes_the_unk_surface():
     sampled = translate_texts(FavoursSpecialsWithState(), tok, tok, ["abc"], DecodeConfig(temperature=3.0),
                               sample=True, seed=1)
     assert "\u2047" not in sampled[0]
+
+
+def test_hf_ranking_masks_banned_ids_after_the_softmax_and_absent_ones_before():
+    logits = torch.randn(2, 1, V)
+    log_probs = next_log_probs(logits, NEVER_GENERATED, absent=[BOS])  # transformers' way (beam_ranking hf)
+    assert torch.isinf(log_probs[:, list(NEVER_GENERATED)]).all()
+    kept = torch.log_softmax(logits[:, -1].index_fill(-1, torch.tensor([BOS]), float("-inf")), -1)
+    real = [i for i in range(V) if i not in NEVER_GENERATED]
+    torch.testing.assert_close(log_probs[:, real], kept[:, real])  # PAD and UNK keep their mass: no renormalizing
+    assert float(log_probs[:, real].exp().sum(-1).max()) < 1.0
+
+
+def test_beam_with_hf_ranking_never_emits_banned_ids():
+    result = beam_search(FavoursSpecialsWithState(), *_src(), beam_size=3, bos=BOS, eos=EOS, max_len=6,
+                         banned=NEVER_GENERATED, ranking="hf", absent=[BOS], n_best=3)
+    for nbest in result.hypotheses:
+        assert nbest and all(not set(h.tokens) & set(NEVER_GENERATED) for h in nbest)

@@ -1,0 +1,274 @@
+"""Export a seqmap run in the ``transformers`` format: ``seqmap export hf RUN_DIR --out DIR``.
+
+* ``family: lm`` -> ``GPT2LMHeadModel`` (learned positions, pre-LN, unscaled embeddings, an activation
+  GPT-2 has): ``Conv1D`` weights transposed, the fused ``in_proj`` is ``c_attn``.
+* ``family: transformer`` -> ``MarianMTModel`` (post-LN, sinusoidal positions in the split layout, one
+  vocabulary shared by source, target and output): the fused ``in_proj`` split into ``q/k/v_proj``,
+  ``output_bias`` as ``final_logits_bias`` (zeros without it).
+
+An option with no equivalent is refused in one line naming it. The vocabulary goes back to the model's own
+order when the run's tokenizer was imported (``seqmap.data.hf_tokenizer``); a seqmap-trained model keeps
+seqmap's ids (0 PAD, 1 BOS, 2 EOS, 3 UNK). Tokenizers: an imported one is written back as it came (GPT-2's
+``tokenizer.json``; Marian's ``source.spm``, ``target.spm`` and ``vocab.json``); seqmap's char and word
+tokenizers become a word-level ``tokenizer.json``; a sentencepiece one is not converted (``TOKENIZER.txt``
+says so). The decode options of the run's config become the model's ``generation_config``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from seqmap.config import DecodeConfig, ModelConfig
+from seqmap.data.hf_tokenizer import HFTokenizer, MarianBackend
+from seqmap.data.tokenizer_base import BOS, EOS, PAD, UNK
+from seqmap.hub.source import HubError
+
+FAMILIES = {"lm": "GPT2LMHeadModel", "transformer": "MarianMTModel"}
+
+
+def export_hf(run, out_dir: str | os.PathLike) -> Path:
+    """Write the run as a ``transformers`` directory (see the module docstring); returns ``out_dir``."""
+    family = run.cfg.model.family
+    if family not in FAMILIES:
+        raise HubError(f"{run.checkpoint}: model.family={family}; seqmap exports "
+                       f"{', '.join(f'{k} (as {v})' for k, v in FAMILIES.items())}")
+    out = Path(out_dir)
+    model = _gpt2(run) if family == "lm" else _marian(run)
+    _generation_config(model, run.cfg.decode, family)
+    model.save_pretrained(out)
+    if family == "lm":
+        _export_tokenizer(run.tgt_tok, out)
+    else:
+        _export_marian_tokenizer(run, out)
+    return out
+
+
+def _generation_config(model, decode: DecodeConfig, family: str) -> None:
+    """The run's decode options as the model's defaults for ``generate``."""
+    g = model.generation_config
+    g.num_beams = decode.beam_size
+    g.length_penalty = decode.length_penalty
+    g.do_sample = False
+    if decode.beam_ranking == "hf":
+        g.early_stopping = decode.hf_early_stopping
+    if family == "transformer" and decode.max_len_a == 0:  # a fixed length limit; Marian's counts its start token
+        g.max_length = decode.max_len_b + 1
+
+
+def _load(model, weights: dict[str, Tensor], ignore: tuple[str, ...]) -> None:
+    missing, unexpected = model.load_state_dict({k: v.contiguous() for k, v in weights.items()}, strict=False)
+    missing = [k for k in missing if not k.endswith(ignore)]
+    if missing or unexpected:  # an internal invariant: the mapping below names every weight
+        raise HubError(f"export mapping incomplete: missing {missing[:3]}, unexpected {unexpected[:3]}")
+
+
+def _vocab_order(tok) -> tuple[list[int], HFTokenizer | None]:
+    """For every exported id, the seqmap row it takes; and the imported tokenizer, if any."""
+    if isinstance(tok, HFTokenizer):
+        return [tok.to_seqmap(h) for h in range(tok.hf_vocab)], tok
+    return list(range(tok.vocab_size)), None
+
+
+# -- GPT-2 ---------------------------------------------------------------------------------------------
+
+
+def _gpt2_compatible(m: ModelConfig) -> str | None:
+    """Why a decoder-only seqmap model has no GPT-2 equivalent (None when it has one)."""
+    wanted = {"positional": "learned", "norm_position": "pre", "norm": "layernorm", "scale_embeddings": False}
+    for key, value in wanted.items():
+        if getattr(m, key) != value:
+            return f"model.{key}={getattr(m, key)!r} (GPT-2 has {key} {value!r})"
+    if m.activation not in ("gelu_tanh", "gelu", "relu"):
+        return f"model.activation={m.activation!r} (GPT-2's MLP takes gelu_tanh, gelu or relu)"
+    if m.n_kv_heads not in (None, m.n_heads):
+        return f"model.n_kv_heads={m.n_kv_heads} (GPT-2 has one key/value head per query head)"
+    if m.output_bias:
+        return "model.output_bias=true (GPT-2's output layer has no bias)"
+    return None
+
+
+def _gpt2(run):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    m = run.cfg.model
+    why = _gpt2_compatible(m)
+    if why is not None:
+        raise HubError(f"{run.checkpoint}: {why}; this model has no GPT-2 equivalent")
+    order, hf_tok = _vocab_order(run.tgt_tok)
+    eos = hf_tok.roles["eos"] if hf_tok else EOS
+    d, sd = m.d_model, run.model.state_dict()
+    config = GPT2Config(vocab_size=len(order), n_positions=m.max_len, n_embd=d, n_layer=m.dec_layers,
+                        n_head=m.n_heads, n_inner=m.d_ff,
+                        activation_function={"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}[m.activation],
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
+                        bos_token_id=hf_tok.roles.get("bos", eos) if hf_tok else EOS, eos_token_id=eos,
+                        tie_word_embeddings=m.tie_embeddings)
+    model = GPT2LMHeadModel(config).eval()
+    index = torch.tensor(order)
+    weights = {"transformer.wte.weight": sd["embedding.table.weight"][index],
+               "transformer.wpe.weight": sd["positional.table.weight"],
+               "transformer.ln_f.weight": sd["final_norm.weight"], "transformer.ln_f.bias": sd["final_norm.bias"]}
+    if not m.tie_embeddings:
+        weights["lm_head.weight"] = sd["output.weight"][index]
+    for i in range(m.dec_layers):
+        h, p = f"transformer.h.{i}", f"layers.{i}"
+        weights[f"{h}.attn.c_attn.weight"] = sd[f"{p}.self_attn.in_proj.weight"].t()
+        weights[f"{h}.attn.c_attn.bias"] = sd[f"{p}.self_attn.in_proj.bias"]
+        weights[f"{h}.attn.c_proj.weight"] = sd[f"{p}.self_attn.out_proj.weight"].t()
+        weights[f"{h}.attn.c_proj.bias"] = sd[f"{p}.self_attn.out_proj.bias"]
+        weights[f"{h}.mlp.c_fc.weight"] = sd[f"{p}.ff.w1.weight"].t()
+        weights[f"{h}.mlp.c_fc.bias"] = sd[f"{p}.ff.w1.bias"]
+        weights[f"{h}.mlp.c_proj.weight"] = sd[f"{p}.ff.w2.weight"].t()
+        weights[f"{h}.mlp.c_proj.bias"] = sd[f"{p}.ff.w2.bias"]
+        for n in (1, 2):
+            for part in ("weight", "bias"):
+                weights[f"{h}.ln_{n}.{part}"] = sd[f"{p}.norm{n}.{part}"]
+    _load(model, weights, ("attn.bias", "attn.masked_bias", "lm_head.weight"))
+    if hf_tok is None:  # seqmap never generates PAD, BOS or UNK; transformers should not either
+        model.generation_config.suppress_tokens = [PAD, BOS, UNK]
+    return model
+
+
+# -- Marian --------------------------------------------------------------------------------------------
+
+
+def _marian_compatible(m: ModelConfig) -> str | None:
+    """Why a seqmap Transformer has no MarianMT equivalent (None when it has one)."""
+    wanted = {"positional": "sinusoidal", "sinusoidal_layout": "split", "norm_position": "post",
+              "norm": "layernorm", "share_vocab": True, "tie_embeddings": True}
+    for key, value in wanted.items():
+        if getattr(m, key) != value:
+            return f"model.{key}={getattr(m, key)!r} (MarianMT has {key} {value!r})"
+    if m.activation not in ("silu", "gelu", "relu", "gelu_tanh"):
+        return f"model.activation={m.activation!r} (MarianMT's feed-forward takes silu, gelu, gelu_tanh or relu)"
+    if m.n_kv_heads not in (None, m.n_heads):
+        return f"model.n_kv_heads={m.n_kv_heads} (MarianMT has one key/value head per query head)"
+    return None
+
+
+def _split_attention(sd: dict[str, Tensor], ours: str, theirs: str) -> dict[str, Tensor]:
+    """seqmap's fused in_proj (rows: queries, keys, values) as q/k/v_proj, and out_proj."""
+    w, b = sd[f"{ours}.in_proj.weight"].chunk(3), sd[f"{ours}.in_proj.bias"].chunk(3)
+    out = {f"{theirs}.{x}_proj.weight": w[i] for i, x in enumerate("qkv")}
+    out.update({f"{theirs}.{x}_proj.bias": b[i] for i, x in enumerate("qkv")})
+    out[f"{theirs}.out_proj.weight"] = sd[f"{ours}.out_proj.weight"]
+    out[f"{theirs}.out_proj.bias"] = sd[f"{ours}.out_proj.bias"]
+    return out
+
+
+def _marian(run):
+    from transformers import MarianConfig, MarianMTModel
+
+    m = run.cfg.model
+    why = _marian_compatible(m)
+    if why is not None:
+        raise HubError(f"{run.checkpoint}: {why}; this model has no MarianMT equivalent")
+    order, hf_tok = _vocab_order(run.tgt_tok)
+    if hf_tok is not None:  # Marian's decoder starts from its pad token: seqmap's BOS row plays it
+        eos, pad, start = hf_tok.roles["eos"], hf_tok.roles["pad"], hf_tok.roles["pad"]
+    else:
+        eos, pad, start = EOS, PAD, BOS
+    d, sd = m.d_model, run.model.state_dict()
+    ff_dropout = m.dropout if m.ff_dropout is None else m.ff_dropout
+    config = MarianConfig(vocab_size=len(order), d_model=d, encoder_layers=m.enc_layers, decoder_layers=m.dec_layers,
+                          encoder_attention_heads=m.n_heads, decoder_attention_heads=m.n_heads,
+                          encoder_ffn_dim=m.d_ff, decoder_ffn_dim=m.d_ff, max_position_embeddings=m.max_len,
+                          activation_function={"silu": "swish", "gelu": "gelu", "relu": "relu",
+                                               "gelu_tanh": "gelu_new"}[m.activation],
+                          scale_embedding=m.scale_embeddings, dropout=m.dropout,
+                          attention_dropout=m.attention_dropout, activation_dropout=ff_dropout,
+                          pad_token_id=pad, eos_token_id=eos, decoder_start_token_id=start,
+                          forced_eos_token_id=eos, share_encoder_decoder_embeddings=True)
+    model = MarianMTModel(config).eval()
+    index = torch.tensor(order)
+    bias = sd["decoder.output.bias"][index] if m.output_bias else torch.zeros(len(order))
+    if hf_tok is not None:  # Marian's decoder starts from its pad token's embedding: seqmap's BOS row
+        index[pad] = BOS
+    table = sd["encoder.embedding.table.weight"][index]
+    weights = {"model.shared.weight": table, "model.encoder.embed_tokens.weight": table,
+               "model.decoder.embed_tokens.weight": table, "lm_head.weight": table,
+               "final_logits_bias": bias[None, :]}
+    for side, n in (("encoder", m.enc_layers), ("decoder", m.dec_layers)):
+        for i in range(n):
+            h, p = f"model.{side}.layers.{i}", f"{side}.layers.{i}"
+            parts = [("self_attn", "self_attn", "self_attn_layer_norm", "norm1")]
+            if side == "decoder":
+                parts.append(("cross_attn", "encoder_attn", "encoder_attn_layer_norm", "norm2"))
+            for ours, theirs, norm, our_norm in parts:
+                weights.update(_split_attention(sd, f"{p}.{ours}", f"{h}.{theirs}"))
+                for part in ("weight", "bias"):
+                    weights[f"{h}.{norm}.{part}"] = sd[f"{p}.{our_norm}.{part}"]
+            for fc, w in (("fc1", "w1"), ("fc2", "w2")):
+                for part in ("weight", "bias"):
+                    weights[f"{h}.{fc}.{part}"] = sd[f"{p}.ff.{w}.{part}"]
+            last = "norm3" if side == "decoder" else "norm2"
+            for part in ("weight", "bias"):
+                weights[f"{h}.final_layer_norm.{part}"] = sd[f"{p}.{last}.{part}"]
+    _load(model, weights, ("embed_positions.weight",))
+    # seqmap never generates PAD, BOS or UNK; transformers should not either
+    banned = [PAD, BOS, UNK] if hf_tok is None else [hf_tok.roles[r] for r in ("pad", "unk") if r in hf_tok.roles]
+    model.generation_config.bad_words_ids = [[t] for t in banned]
+    model.generation_config.forced_eos_token_id = None  # seqmap forces no EOS at the length limit
+    return model
+
+
+# -- tokenizers ----------------------------------------------------------------------------------------
+
+
+def _export_marian_tokenizer(run, out: Path) -> None:
+    """An imported Marian tokenizer goes back as source.spm, target.spm and vocab.json; others as for GPT-2."""
+    src, tgt = run.src_tok, run.tgt_tok
+    if isinstance(tgt, HFTokenizer) and isinstance(tgt.backend, MarianBackend):
+        from transformers import MarianTokenizer
+
+        if not isinstance(src, HFTokenizer) or not isinstance(src.backend, MarianBackend):
+            raise HubError(f"{run.checkpoint}: the target tokenizer is Marian's but the source one is "
+                           f"{src.kind}; both sides must come from the same Marian model")
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            (tmp / "source.spm").write_bytes(src.backend.spm_bytes)
+            (tmp / "target.spm").write_bytes(tgt.backend.spm_bytes)
+            (tmp / "vocab.json").write_text(json.dumps(tgt.backend.vocab, ensure_ascii=False), encoding="utf-8")
+            names = {r: tgt.backend.id_to_token(i) for r, i in tgt.roles.items()}
+            MarianTokenizer(str(tmp / "source.spm"), str(tmp / "target.spm"), str(tmp / "vocab.json"),
+                            eos_token=names["eos"], pad_token=names["pad"],
+                            unk_token=names.get("unk", "<unk>")).save_pretrained(out)
+        return
+    if src.fingerprint() != tgt.fingerprint():
+        (out / "SOURCE_TOKENIZER.txt").write_text(
+            "This model was trained with separate source and target tokenizers over one shared vocabulary; the\n"
+            "tokenizer written here is the target side. Encode sources with seqmap (the run's tokenizer/).\n",
+            encoding="utf-8")
+    _export_tokenizer(tgt, out)
+
+
+def _export_tokenizer(tok, out: Path) -> None:
+    """tokenizer.json (and its transformers config) for the exported model, where the tokenizer converts."""
+    from transformers import PreTrainedTokenizerFast
+
+    if isinstance(tok, HFTokenizer) and tok.backend.name == "tokenizers":
+        hf = tok.tok
+        eos = hf.id_to_token(tok.roles["eos"])
+        PreTrainedTokenizerFast(tokenizer_object=hf, eos_token=eos, bos_token=eos, unk_token=eos).save_pretrained(out)
+        return
+    if tok.kind in ("char", "word"):
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        vocab = {piece: i for i, piece in enumerate(tok.pieces(range(tok.vocab_size)))}
+        words = Tokenizer(models.WordLevel(vocab, unk_token=tok.pieces([UNK])[0]))
+        words.pre_tokenizer = (pre_tokenizers.Split("", "isolated") if tok.kind == "char"
+                               else pre_tokenizers.WhitespaceSplit())
+        names = tok.pieces([PAD, BOS, EOS, UNK])
+        PreTrainedTokenizerFast(tokenizer_object=words, pad_token=names[0], bos_token=names[1], eos_token=names[2],
+                                unk_token=names[3]).save_pretrained(out)
+        return
+    (out / "TOKENIZER.txt").write_text(
+        f"This model was trained with seqmap's {tok.kind} (sentencepiece) tokenizer, which is not converted to\n"
+        "tokenizer.json here: its token ids are seqmap's (0 PAD, 1 BOS, 2 EOS, 3 UNK). Encode text with seqmap\n"
+        "(seqmap.data.tokenizers.load_tokenizer on the run's tokenizer/ directory).\n", encoding="utf-8")
