@@ -4,6 +4,7 @@
                          [--max-batch 32] [--wait-ms 5] [--threads N]
 
 ``app.py`` is the FastAPI app (``create_app``), ``engine.py`` the decode work,
+``classify.py`` and ``transcribe.py`` the work of classifiers and speech models,
 ``batcher.py`` the dynamic batching, ``schemas.py`` the request and response
 bodies with their limits, ``static/`` the page. FastAPI and uvicorn are an
 optional extra (``pip install -e ".[serve]"``), so this module imports them only
@@ -28,7 +29,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p = commands.add_parser(
         "serve", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
         help="serve a trained run over HTTP, with a page to translate and explore attention",
-        description="Serve RUN_DIR over HTTP: POST /translate (or /generate for a language model),\n"
+        description="Serve RUN_DIR over HTTP: POST /translate (/generate for a language model, /classify\n"
+                    "for a classifier, /transcribe for a speech model),\n"
                     "GET /health, GET /info, the API docs at /docs, and a page at / to translate and\n"
                     "explore attention. Concurrent requests are decoded together (dynamic batching).\n"
                     "Binds to 127.0.0.1 unless --host says otherwise. Needs the serve extra:\n"
@@ -117,7 +119,8 @@ def _build(args: argparse.Namespace):
     run = load_run(args.run_dir, args.checkpoint, device)
     if run.cfg.data.task == "graph":
         raise ServeError(f"{args.run_dir} is a graph (GAT) run; the server translates, generates and classifies "
-                         "texts and images (use `seqmap evaluate` or `seqmap plot attention --node`)")
+                         "texts and images, and transcribes audio (use `seqmap evaluate` or "
+                         "`seqmap plot attention --node`)")
     limits = Limits(max_chars=args.max_chars, max_texts=args.max_texts, max_beam=args.max_beam,
                     max_new_tokens=args.max_new_tokens, max_attention_weights=args.max_attention)
     app = create_app(run, limits=limits, max_batch=args.max_batch, wait_ms=args.wait_ms, threads=args.threads,
