@@ -154,7 +154,7 @@ def image_classifier_run(image_classifier_run_dir) -> LoadedRun:
     return load_run(image_classifier_run_dir)
 
 
-def speech_helpers():
+def _speech_task():
     """tests/test_speech_run.py as a module: its tone-words task (``config``, ``tone``, ``wav_file``, ``RATE``)."""
     import importlib.util
 
@@ -172,7 +172,7 @@ def speech_run_dir(tmp_path_factory) -> Path:
     import yaml
 
     root = tmp_path_factory.mktemp("serve_speech")
-    cfg = yaml.safe_load(Path(speech_helpers().config(root)).read_text())
+    cfg = yaml.safe_load(Path(_speech_task().config(root)).read_text())
     cfg["train"]["device"] = "cpu"
     return _train(cfg, root / "run")
 
@@ -180,3 +180,9 @@ def speech_run_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def speech_run(speech_run_dir) -> LoadedRun:
     return load_run(speech_run_dir)
+
+
+@pytest.fixture(scope="session")
+def speech_task():
+    """The helpers of tests/test_speech_run.py: ``tone``, ``wav_file``, ``WORDS``, ``RATE``."""
+    return _speech_task()
