@@ -56,6 +56,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--max-texts", type=int, default=32, help="texts per /translate request (default 32)")
     p.add_argument("--max-beam", type=int, default=8, help="largest beam size a request may ask for (default 8)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="most tokens per /generate request (default 256)")
+    p.add_argument("--max-audio-seconds", type=float, default=60.0,
+                   help="longest recording one /transcribe file may hold, read from its header (default 60)")
     p.add_argument("--max-attention", type=int, default=2_000_000,
                    help="most attention weights one answer may carry, by an upper bound checked before decoding "
                         "(default 2,000,000; beyond it 422 naming the field attention)")
@@ -92,6 +94,8 @@ def _build(args: argparse.Namespace):
     for name in ("max_batch", "max_waiting", "max_chars", "max_texts", "max_beam", "max_new_tokens", "max_attention"):
         if getattr(args, name) < 1:
             raise ServeError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not args.max_audio_seconds > 0:
+        raise ServeError(f"--max-audio-seconds must be > 0, got {args.max_audio_seconds}")
     if args.wait_ms < 0:
         raise ServeError(f"--wait-ms must be >= 0, got {args.wait_ms}")
     if not 0 < args.port < 65536:
@@ -122,7 +126,8 @@ def _build(args: argparse.Namespace):
                          "texts and images, and transcribes audio (use `seqmap evaluate` or "
                          "`seqmap plot attention --node`)")
     limits = Limits(max_chars=args.max_chars, max_texts=args.max_texts, max_beam=args.max_beam,
-                    max_new_tokens=args.max_new_tokens, max_attention_weights=args.max_attention)
+                    max_new_tokens=args.max_new_tokens, max_attention_weights=args.max_attention,
+                    max_audio_seconds=args.max_audio_seconds)
     app = create_app(run, limits=limits, max_batch=args.max_batch, wait_ms=args.wait_ms, threads=args.threads,
                      max_waiting=args.max_waiting)
     settings = (f"{run.cfg.model.family}, checkpoint {run.checkpoint.name}, max batch {args.max_batch}, "
