@@ -26,7 +26,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("seqmap.training",),  # the trainer, its loss, schedules, checkpoints, validation; the toy run
     ("seqmap.runs",),  # open a trained run (its checkpoint, config and tokenizer) for use
     ("seqmap.hub",),  # pretrained models from (and to) the Hugging Face format, as run directories
-    ("seqmap.evaluation", "seqmap.visualize"),  # what is done with a trained run: scores on a test set, plots
+    # what is done with a trained run: scores on a test set (text or speech), plots
+    ("seqmap.evaluation", "seqmap.speech_evaluation", "seqmap.visualize"),
     ("seqmap.serve",),  # the HTTP API
     ("seqmap.cli", "seqmap.__main__"),  # the command line, on top of everything
 ]
