@@ -20,6 +20,7 @@ when a batch needs it.
 from __future__ import annotations
 
 import csv
+import io
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,18 +169,39 @@ def read_wav(path: str | Path, sample_rate: int | None = None) -> tuple[np.ndarr
     Stereo (or more channels) is mixed down to mono by averaging. One line for a file that is
     missing, not audio, or empty.
     """
-    import soundfile
-
     path = Path(path)
     if not path.is_file():
         raise DataError(f"audio file not found: {path}")
+    return _read_audio(str(path), str(path), sample_rate)
+
+
+def read_audio_bytes(data: bytes, name: str, sample_rate: int | None = None,
+                     max_seconds: float | None = None) -> tuple[np.ndarray, int]:
+    """``read_wav`` for the bytes of an audio file (e.g. sent to the server); ``name`` says which in errors.
+
+    With ``max_seconds``, a longer recording is refused from its header, before its samples are decoded.
+    """
+    if not data:
+        raise DataError(f"{name} is empty (0 bytes); give the bytes of a WAV/FLAC/OGG file")
+    return _read_audio(io.BytesIO(data), name, sample_rate, max_seconds)
+
+
+def _read_audio(source, name: str, sample_rate: int | None, max_seconds: float | None = None) -> tuple[np.ndarray, int]:
+    """Decode ``source`` (a path or a file object) to mono float32, resampled to ``sample_rate`` when given."""
+    import soundfile
+
     try:
-        audio, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+        with soundfile.SoundFile(source) as f:
+            if max_seconds is not None and f.frames > max_seconds * f.samplerate:
+                raise DataError(f"{name} lasts {f.frames / f.samplerate:.1f} s; at most {max_seconds:g} s per file")
+            audio, rate = f.read(dtype="float32", always_2d=True), f.samplerate
+    except DataError:
+        raise
     except (RuntimeError, soundfile.LibsndfileError, ValueError) as e:
-        raise DataError(f"cannot read {path} as audio ({' '.join(str(e).split())}); give a WAV/FLAC/OGG file") \
+        raise DataError(f"cannot read {name} as audio ({' '.join(str(e).split())}); give a WAV/FLAC/OGG file") \
             from None
     if audio.shape[0] == 0:
-        raise DataError(f"{path} holds no samples")
+        raise DataError(f"{name} holds no samples")
     audio = audio.mean(axis=1) if audio.shape[1] > 1 else audio[:, 0]
     if sample_rate and rate != sample_rate:
         audio, rate = resample(audio, rate, sample_rate), sample_rate

@@ -4,6 +4,7 @@
                          [--max-batch 32] [--wait-ms 5] [--threads N]
 
 ``app.py`` is the FastAPI app (``create_app``), ``engine.py`` the decode work,
+``classify.py`` and ``transcribe.py`` the work of classifiers and speech models,
 ``batcher.py`` the dynamic batching, ``schemas.py`` the request and response
 bodies with their limits, ``static/`` the page. FastAPI and uvicorn are an
 optional extra (``pip install -e ".[serve]"``), so this module imports them only
@@ -28,7 +29,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p = commands.add_parser(
         "serve", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
         help="serve a trained run over HTTP, with a page to translate and explore attention",
-        description="Serve RUN_DIR over HTTP: POST /translate (or /generate for a language model),\n"
+        description="Serve RUN_DIR over HTTP: POST /translate (/generate for a language model, /classify\n"
+                    "for a classifier, /transcribe for a speech model),\n"
                     "GET /health, GET /info, the API docs at /docs, and a page at / to translate and\n"
                     "explore attention. Concurrent requests are decoded together (dynamic batching).\n"
                     "Binds to 127.0.0.1 unless --host says otherwise. Needs the serve extra:\n"
@@ -54,6 +56,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--max-texts", type=int, default=32, help="texts per /translate request (default 32)")
     p.add_argument("--max-beam", type=int, default=8, help="largest beam size a request may ask for (default 8)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="most tokens per /generate request (default 256)")
+    p.add_argument("--max-audio-seconds", type=float, default=60.0,
+                   help="longest recording one /transcribe file may hold, read from its header (default 60)")
     p.add_argument("--max-attention", type=int, default=2_000_000,
                    help="most attention weights one answer may carry, by an upper bound checked before decoding "
                         "(default 2,000,000; beyond it 422 naming the field attention)")
@@ -90,6 +94,8 @@ def _build(args: argparse.Namespace):
     for name in ("max_batch", "max_waiting", "max_chars", "max_texts", "max_beam", "max_new_tokens", "max_attention"):
         if getattr(args, name) < 1:
             raise ServeError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not args.max_audio_seconds > 0:
+        raise ServeError(f"--max-audio-seconds must be > 0, got {args.max_audio_seconds}")
     if args.wait_ms < 0:
         raise ServeError(f"--wait-ms must be >= 0, got {args.wait_ms}")
     if not 0 < args.port < 65536:
@@ -117,9 +123,11 @@ def _build(args: argparse.Namespace):
     run = load_run(args.run_dir, args.checkpoint, device)
     if run.cfg.data.task == "graph":
         raise ServeError(f"{args.run_dir} is a graph (GAT) run; the server translates, generates and classifies "
-                         "texts and images (use `seqmap evaluate` or `seqmap plot attention --node`)")
+                         "texts and images, and transcribes audio (use `seqmap evaluate` or "
+                         "`seqmap plot attention --node`)")
     limits = Limits(max_chars=args.max_chars, max_texts=args.max_texts, max_beam=args.max_beam,
-                    max_new_tokens=args.max_new_tokens, max_attention_weights=args.max_attention)
+                    max_new_tokens=args.max_new_tokens, max_attention_weights=args.max_attention,
+                    max_audio_seconds=args.max_audio_seconds)
     app = create_app(run, limits=limits, max_batch=args.max_batch, wait_ms=args.wait_ms, threads=args.threads,
                      max_waiting=args.max_waiting)
     settings = (f"{run.cfg.model.family}, checkpoint {run.checkpoint.name}, max batch {args.max_batch}, "

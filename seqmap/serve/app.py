@@ -11,6 +11,7 @@ Routes (the OpenAPI schema is at ``/openapi.json``, browsable at ``/docs``):
     POST /translate    translation models: one text or a list, beam / n-best / length penalty / attention
     POST /generate     language models: a prompt, sampling options, a seed
     POST /classify     classifiers: texts (or base64 image files), top classes, the class token's attention
+    POST /transcribe   speech models: base64 audio files, transcripts, cross-attention over the spectrogram
 
 Handlers only check and queue: the decoding happens in the batcher's worker
 thread (``seqmap.serve.batcher``), so the event loop stays free to accept, reject
@@ -50,20 +51,24 @@ from seqmap.serve.schemas import (
     GenerateResponse,
     Limits,
     RequestError,
+    TranscribeRequest,
+    TranscribeResponse,
     TranslateRequest,
     TranslateResponse,
     check_generate,
     check_translate,
     limits_dict,
 )
+from seqmap.serve.transcribe import SpeechEngine
 
 STATIC_DIR = Path(__file__).parent / "static"
 BODIES: dict[str, type[BaseModel]] = {"/translate": TranslateRequest, "/generate": GenerateRequest,
-                                      "/classify": ClassifyRequest}
+                                      "/classify": ClassifyRequest, "/transcribe": TranscribeRequest}
 ROUTE_OF_TASK = {"translation": "POST /translate with a text", "lm": "POST /generate with a prompt",
-                 "classification": "POST /classify with a text", "image": "POST /classify with a base64 image"}
+                 "classification": "POST /classify with a text", "image": "POST /classify with a base64 image",
+                 "speech": "POST /transcribe with base64 audio files"}
 HOLDS = {"translation": "a translation model", "lm": "a language model", "classification": "a text classifier",
-         "image": "an image classifier"}
+         "image": "an image classifier", "speech": "a speech recognizer"}
 UNION_TAGS = {"str": "a string or a list of strings", "list[str]": "a string or a list of strings"}
 ERRORS = {status: {"model": ErrorBody} for status in (409, 413, 422, 500, 503)}
 log = logging.getLogger("seqmap.serve")
@@ -74,7 +79,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
     """A FastAPI app serving ``run``.
 
     Args:
-        run: a loaded run (``seqmap.runs.load_run``): a translation model, an LM or a classifier.
+        run: a loaded run (``seqmap.runs.load_run``): a translation model, an LM, a classifier or a speech model.
         limits: what one request may ask for (``Limits()`` by default).
         max_batch: most sentences decoded together; 1 serves one request at a time.
         wait_ms: how long a batch waits for more requests after its first.
@@ -82,7 +87,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         max_waiting: most requests waiting for the model; beyond it, 503 with Retry-After.
     """
     limits = limits or Limits()
-    engine = ClassifierEngine(run, limits) if run.cfg.data.task in ("classification", "image") else Engine(run, limits)
+    engine = _engine(run, limits)
 
     def worker_start() -> None:
         if threads is not None:
@@ -100,7 +105,8 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         batcher.stop()
 
     app = FastAPI(title="seqmap", version=seqmap.__version__, lifespan=lifespan,
-                  description="Translate, generate or classify with a trained seqmap run, and read its attention.")
+                  description="Translate, generate, classify or transcribe with a trained seqmap run, and read its "
+                              "attention.")
     app.state.engine, app.state.batcher, app.state.limits = engine, batcher, limits
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_error_handlers(app, limits)
@@ -163,7 +169,26 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         results = await _unless_gone(request, batcher.submit(CLASSIFY_KEY, job, size=len(job.inputs)))
         return JSONResponse({"classifications": results})
 
+    @app.post("/transcribe", response_model=TranscribeResponse, responses=ERRORS)
+    async def transcribe(req: TranscribeRequest, request: Request) -> JSONResponse:
+        """Transcribe base64 audio files with a speech model; cross-attention over the spectrogram on request."""
+        if engine.task != "speech":
+            raise _wrong_route(engine.task)
+        job = engine.inputs(req)
+        batcher.start()
+        results = await _unless_gone(request, batcher.submit(engine.transcribe_key(req), job, size=len(job.waves)))
+        return JSONResponse({"transcriptions": results})
+
     return app
+
+
+def _engine(run: LoadedRun, limits: Limits):
+    """The engine for the run's task: classifiers, speech models, or translation models and LMs."""
+    if run.cfg.data.task in ("classification", "image"):
+        return ClassifierEngine(run, limits)
+    if run.cfg.data.task == "speech":
+        return SpeechEngine(run, limits)
+    return Engine(run, limits)
 
 
 def _wrong_route(task: str) -> RequestError:
@@ -197,6 +222,8 @@ def _run_batch(engine: Engine):
             return engine.run_translate(key, jobs)
         if key[0] == "classify":
             return engine.run_classify(key, jobs)
+        if key[0] == "transcribe":
+            return engine.run_transcribe(key, jobs)
         return engine.run_generate(key, jobs)
 
     return run_batch

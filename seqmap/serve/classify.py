@@ -14,8 +14,6 @@ heads (``seqmap.nn.rollout``), the same maps ``seqmap plot attention`` draws.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +26,7 @@ from seqmap.data.images import ImageError, read_image_file
 from seqmap.nn.rollout import class_token_attention
 from seqmap.runs import LoadedRun
 from seqmap.serve.engine import run_header
-from seqmap.serve.schemas import ClassifyRequest, Limits, RequestError, check_classify
+from seqmap.serve.schemas import ClassifyRequest, Limits, RequestError, check_classify, decode_base64
 
 DECIMALS = 4
 CLASSIFY_KEY = ("classify",)  # one kind of batch: every /classify request can share it
@@ -76,14 +74,7 @@ class ClassifierEngine:
         return ClassifyJob(ids, tokens, req.top, req.attention)
 
     def _image(self, data: str, field: str) -> torch.Tensor:
-        if data.startswith("data:"):  # a data: URL, as a browser's FileReader writes it
-            head, _, data = data.partition(",")
-            if not head.endswith(";base64"):
-                raise RequestError(f"{field} is a data: URL without ;base64; send the file base64-encoded", field)
-        try:
-            raw = base64.b64decode(data, validate=True)
-        except (binascii.Error, ValueError):
-            raise RequestError(f"{field} is not base64; send the image file's bytes base64-encoded", field) from None
+        raw = decode_base64(data, field, "image")
         m = self.run.cfg.model
         try:
             return read_image_file(io.BytesIO(raw), "L" if m.image_channels == 1 else "RGB",

@@ -16,6 +16,8 @@ Every error body is ``{"detail": "<one line: the field, the problem, the fix>",
 
 from __future__ import annotations
 
+import base64
+import binascii
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -37,6 +39,7 @@ class Limits:
     max_body_bytes: int = 1_000_000  # request body size (checked before parsing: 413 beyond it)
     max_attention_weights: int = 2_000_000  # attention numbers one answer may carry (an upper bound, checked first)
     max_image_pixels: int = 4096 * 4096  # pixels of one /classify image (checked before it is decoded)
+    max_audio_seconds: float = 60.0  # length of one /transcribe recording (read from its header, before decoding)
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -161,6 +164,54 @@ class ClassifyResponse(BaseModel):
     classifications: list[Classification]
 
 
+class TranscribeRequest(_Strict):
+    """``POST /transcribe``: audio files (WAV, FLAC, OGG) encoded in base64, for a speech model."""
+
+    audio: str | list[str] = Field(description="an audio file (WAV, FLAC, OGG: anything libsndfile reads) encoded "
+                                   "in base64, or a list of them; a data: URL works too. Stereo is mixed down, "
+                                   "another sample rate resampled to the model's", examples=[["UklGRi4A..."]])
+    beam_size: int | None = Field(None, ge=1, description="1 = greedy; default: the run's decode.beam_size")
+    attention: bool = Field(False, description="also return each transcript's cross-attention over the encoder "
+                                               "frames, with the log-mel spectrogram to draw it under")
+
+
+class Spectrogram(BaseModel):
+    """The normalised log-mel features the encoder read: ``features[f][m]``, feature frame f, mel band m (0 =
+    lowest). Feature frame f starts at f * ``feature_seconds``; encoder frame j (a column of the attention)
+    covers [j, j + 1) * ``frame_seconds`` (4 feature hops: two stride-2 convolutions)."""
+
+    features: list[list[float]]
+    feature_seconds: float = Field(description="seconds between feature frames (the hop)")
+    frame_seconds: float = Field(description="seconds between encoder frames (4 hops)")
+    window_seconds: float = Field(description="seconds one feature frame's window spans")
+
+
+class SpeechAttention(BaseModel):
+    """Cross-attention of each output token (rows) over the encoder frames (columns), per layer and head, as
+    ``/translate`` returns it: ``weights[l][h][i][j]``. Each row sums to 1 over the utterance's ``frames`` (padding
+    is never read). The last row chose the end of sentence (``</s>``) when the transcript ended there."""
+
+    output_tokens: list[str]
+    frames: int = Field(description="encoder frames of the utterance: the columns")
+    layers: int
+    heads: int
+    weights: list[list[list[list[float]]]]
+    spectrogram: Spectrogram
+
+
+class Transcription(BaseModel):
+    transcript: str
+    tokens: list[str] = Field(description="the transcript's tokens, end of sentence excluded")
+    score: float = Field(description="sum of token log-probabilities, EOS included")
+    normalized: float = Field(description="score / GNMT length penalty: what beam search ranks by")
+    seconds: float = Field(description="the audio's duration")
+    attention: SpeechAttention | None = None
+
+
+class TranscribeResponse(BaseModel):
+    transcriptions: list[Transcription]
+
+
 class ErrorBody(BaseModel):
     detail: str
     field: str | None = None
@@ -204,6 +255,31 @@ def check_classify(req: ClassifyRequest, limits: Limits, task: str) -> list[str]
         for i, text in enumerate(items):
             _check_chars(text, limits, "text" if isinstance(value, str) else f"text[{i}]")
     return items
+
+
+def check_transcribe(req: TranscribeRequest, limits: Limits, default_beam: int) -> list[str]:
+    """The base64 audio files of a /transcribe request, their count and beam size checked against ``limits``."""
+    items = [req.audio] if isinstance(req.audio, str) else list(req.audio)
+    if not items:
+        raise RequestError("audio is an empty list; send one or more base64 audio files", "audio")
+    if len(items) > limits.max_texts:
+        raise RequestError(f"audio has {len(items)} files; at most {limits.max_texts} per request", "audio")
+    beam = req.beam_size or default_beam
+    if beam > limits.max_beam:
+        raise RequestError(f"beam_size {beam} is above this server's limit of {limits.max_beam}", "beam_size")
+    return items
+
+
+def decode_base64(data: str, field: str, what: str) -> bytes:
+    """The bytes of a file sent as base64 (or as a ``data:`` URL, as a browser's FileReader writes it)."""
+    if data.startswith("data:"):
+        head, _, data = data.partition(",")
+        if not head.endswith(";base64"):
+            raise RequestError(f"{field} is a data: URL without ;base64; send the file base64-encoded", field)
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise RequestError(f"{field} is not base64; send the {what} file's bytes base64-encoded", field) from None
 
 
 def check_generate(req: GenerateRequest, limits: Limits) -> None:

@@ -152,3 +152,37 @@ def text_classifier_run(text_classifier_run_dir) -> LoadedRun:
 @pytest.fixture(scope="session")
 def image_classifier_run(image_classifier_run_dir) -> LoadedRun:
     return load_run(image_classifier_run_dir)
+
+
+def _speech_task():
+    """tests/test_speech_run.py as a module: its tone-words task (``config``, ``tone``, ``wav_file``, ``RATE``)."""
+    import importlib.util
+
+    pytest.importorskip("librosa", reason="the speech extra (pip install 'seqmap[speech]') is not installed")
+    path = Path(__file__).resolve().parents[1] / "test_speech_run.py"
+    spec = importlib.util.spec_from_file_location("speech_run_helpers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def speech_run_dir(tmp_path_factory) -> Path:
+    """The tone-words speech model of tests/test_speech_run.py (about 10 s of training)."""
+    import yaml
+
+    root = tmp_path_factory.mktemp("serve_speech")
+    cfg = yaml.safe_load(Path(_speech_task().config(root)).read_text())
+    cfg["train"]["device"] = "cpu"
+    return _train(cfg, root / "run")
+
+
+@pytest.fixture(scope="session")
+def speech_run(speech_run_dir) -> LoadedRun:
+    return load_run(speech_run_dir)
+
+
+@pytest.fixture(scope="session")
+def speech_task():
+    """The helpers of tests/test_speech_run.py: ``tone``, ``wav_file``, ``WORDS``, ``RATE``."""
+    return _speech_task()

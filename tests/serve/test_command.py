@@ -32,6 +32,7 @@ def test_defaults_bind_to_loopback():
     (["--threads", "0"], "--threads must be > 0"),
     (["--port", "70000"], "--port must be in 1..65535"),
     (["--max-chars", "0"], "--max-chars must be >= 1"),
+    (["--max-audio-seconds", "nan"], "--max-audio-seconds must be > 0"),
     (["--device", "toaster"], "--device 'toaster' is not a device"),
 ])
 def test_bad_options_are_one_line_errors(translation_run_dir, capsys, extra, words):
@@ -70,3 +71,15 @@ def test_the_seqmap_command_line_has_serve(translation_run_dir, monkeypatch, cap
     assert served["port"] == 8124 and "http://127.0.0.1:8124/" in capsys.readouterr().out
     assert cli_main(["serve", str(translation_run_dir), "--decode.beam_size", "4"]) == 2
     assert "per request" in capsys.readouterr().err
+
+
+def test_a_speech_run_is_served_with_its_audio_limit(speech_run_dir, monkeypatch, capsys):
+    served = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.update(app=app, **kwargs))
+    assert main(parse(["serve", str(speech_run_dir), "--max-audio-seconds", "5", "--threads", "1"])) == 0
+    assert "speech, checkpoint" in capsys.readouterr().out
+    with TestClient(served["app"]) as client:
+        info = client.get("/info").json()
+        assert info["task"] == "speech" and info["limits"]["max_audio_seconds"] == 5.0
+        assert client.post("/generate", json={"prompt": "a"}).json()["detail"].endswith(
+            "POST /transcribe with base64 audio files instead")

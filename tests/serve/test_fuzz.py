@@ -1,6 +1,6 @@
 """Fuzz every route of the server's OpenAPI schema over loopback: no 5xx answer, no hung connection.
 
-Two generators, against a translation server and a language-model server (the tiny runs of conftest.py):
+Two generators, against a translation, a language-model and a speech server (the tiny runs of conftest.py):
 
 * schemathesis draws requests for every operation in the app's own OpenAPI schema (``app.openapi()``):
   bodies the schema allows (positive) and bodies that break it (negative: wrong types, missing and
@@ -17,10 +17,13 @@ each test the server holds no open connection. The default suite runs a few doze
 (derandomized, so every run sends the same requests); ``pytest -m slow`` runs many more.
 """
 
+import base64
+import io
 import json
 import socket
 import threading
 import time
+import wave
 from contextlib import contextmanager
 
 import httpx
@@ -38,12 +41,12 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from seqmap.serve.app import create_app
-from seqmap.serve.schemas import ErrorBody, GenerateResponse, Limits, TranslateResponse
+from seqmap.serve.schemas import ErrorBody, GenerateResponse, Limits, TranscribeResponse, TranslateResponse
 
 LIMITS = Limits(max_chars=200, max_texts=4, max_beam=4, max_new_tokens=30, max_body_bytes=20_000)
 TIMEOUT = 10.0  # seconds; the tiny models answer in milliseconds, so a request waiting this long is hung
-ROUTES = {("GET", "/health"), ("GET", "/info"), ("POST", "/translate"), ("POST", "/generate")}
-RESPONSES = {"/translate": TranslateResponse, "/generate": GenerateResponse}
+ROUTES = {("GET", "/health"), ("GET", "/info"), ("POST", "/translate"), ("POST", "/generate"), ("POST", "/transcribe")}
+RESPONSES = {"/translate": TranslateResponse, "/generate": GenerateResponse, "/transcribe": TranscribeResponse}
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 
@@ -89,7 +92,13 @@ def lm_server(lm_run):
         yield served
 
 
-@pytest.fixture(params=["translation", "lm"])
+@pytest.fixture(scope="module")
+def speech_server(speech_run):
+    with live_server(create_app(speech_run, limits=LIMITS, max_batch=8, wait_ms=1)) as served:
+        yield served
+
+
+@pytest.fixture(params=["translation", "lm", "speech"])
 def served(request):
     """(base URL, uvicorn.Server, OpenAPI schema) of each kind of server; checks it holds no connection after."""
     url, server = request.getfixturevalue(f"{request.param}_server")
@@ -154,7 +163,7 @@ def test_every_route_against_the_openapi_schema_at_length(served):
 # -- malformed requests the schema cannot describe --------------------------------------------------
 
 FIELDS = ["text", "beam_size", "n_best", "length_penalty", "attention", "prompt", "max_new_tokens", "sample",
-          "temperature", "top_k", "top_p", "seed"]
+          "temperature", "top_k", "top_p", "seed", "audio"]
 ODD_TEXT = ["", " ", "\x00", "a\x00b", "\u202eb a\u202c", "\u200f\u05e9\u05dc\u05d5\u05dd", "😀👨‍👩‍👧", "\ufeffa",
             "\uffff", "\U0010ffff", "e\u0301" * 50, "\r\n\t", "a" * LIMITS.max_chars, "a" * (LIMITS.max_chars + 1),
             "\ud800", "a \udfff b", "\udbff\udc00"]
@@ -163,7 +172,33 @@ texts = st.one_of(st.sampled_from(ODD_TEXT), st.text(max_size=40),
 numbers = st.one_of(st.integers(-3, 40), st.sampled_from([2**31, 2**63, 2**64, 2**64 - 1, 10**30, -(2**70)]),
                     st.floats(allow_nan=True, allow_infinity=True),
                     st.sampled_from([0.0, -0.0, 5e-324, 1e-300, 1e-45, 1e308, 0.6, 1.0, 1.5]))
-scalars = st.one_of(st.none(), st.booleans(), numbers, texts)
+
+
+def _wav(samples: int, rate: int = 8000, channels: int = 1) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"\x01\x02" * samples * channels)
+    return buffer.getvalue()
+
+
+WAVS = [_wav(0), _wav(50), _wav(2000), _wav(2000, rate=1), _wav(2000, rate=4_000_000), _wav(300, channels=7)]
+
+
+@st.composite
+def audio_files(draw) -> str:
+    """base64 of WAV files: whole, cut short, with a byte changed (header fields included), or of random bytes."""
+    data = draw(st.sampled_from(WAVS) | st.binary(max_size=64))
+    if data and draw(st.booleans()):
+        at = draw(st.integers(0, len(data) - 1))
+        data = draw(st.sampled_from([data[:at], data[:at] + bytes([draw(st.integers(0, 255))]) + data[at + 1:]]))
+    text = base64.b64encode(data).decode()
+    return draw(st.sampled_from(["", "data:audio/wav;base64,"])) + text
+
+
+scalars = st.one_of(st.none(), st.booleans(), numbers, texts, audio_files())
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=5) | st.dictionaries(texts, inner, max_size=4),
                       max_leaves=12)
 objects = st.dictionaries(st.sampled_from(FIELDS) | texts, values, max_size=6)
@@ -184,7 +219,8 @@ def raw_bodies(draw) -> bytes:
         return text[:cut] + draw(st.sampled_from([b"", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x00", b"}"]))
     if kind == "deep":
         depth = draw(st.sampled_from([10, 500, 990, 1200, 5000]))
-        return draw(st.sampled_from([b'{"text": %s}', b'{"prompt": %s}', b"%s"])) % (b"[" * depth + b"]" * depth)
+        return draw(st.sampled_from([b'{"text": %s}', b'{"prompt": %s}', b'{"audio": %s}', b"%s"])) % (
+            b"[" * depth + b"]" * depth)
     size = draw(st.sampled_from([LIMITS.max_body_bytes - 20, LIMITS.max_body_bytes - 12, LIMITS.max_body_bytes + 1,
                                  3 * LIMITS.max_body_bytes]))
     return b'{"text": "' + b"a" * (size - 12) + b'"}'
@@ -193,7 +229,8 @@ def raw_bodies(draw) -> bytes:
 CONTENT_TYPES = ["application/json", None, "text/plain", "application/x-www-form-urlencoded",
                  "multipart/form-data; boundary=x", "application/json; charset=latin-1", "application/problem+json",
                  "APPLICATION/JSON", "json", ";;;", "application/json; charset=utf-8"]
-TARGETS = [("POST", "/translate"), ("POST", "/generate"), ("GET", "/health"), ("GET", "/info"), ("GET", "/"),
+TARGETS = [("POST", "/translate"), ("POST", "/generate"), ("POST", "/transcribe"), ("GET", "/health"),
+           ("GET", "/info"), ("GET", "/"),
            ("GET", "/translate"), ("PUT", "/generate"), ("DELETE", "/health"), ("POST", "/health"),
            ("GET", "/nowhere"), ("POST", "/translate/"), ("GET", "/static/app.js"), ("GET", "/static/../app.py"),
            ("GET", "/static/%2e%2e/app.py"), ("GET", "/%00"), ("GET", "/openapi.json"), ("OPTIONS", "/translate")]
@@ -263,3 +300,21 @@ def test_bytes_that_are_not_utf8_and_unknown_routes_answer_in_the_error_shape(tr
     response = httpx.put(url + "/translate", timeout=TIMEOUT)
     assert response.status_code == 405 and response.headers["allow"] == "POST"
     assert response.json() == {"detail": "Method Not Allowed", "field": None}
+
+
+def test_audio_files_that_are_not_quite_audio_answer_200_or_422(speech_server):
+    """WAV files cut short, with a header byte changed, at absurd rates or channel counts, or random bytes."""
+    url, _ = speech_server
+
+    @fuzz_settings(120)
+    @given(audio=st.lists(audio_files(), min_size=1, max_size=3), attention=st.booleans())
+    def send(client, audio, attention):
+        response = client.post("/transcribe", json={"audio": audio, "attention": attention, "beam_size": 1})
+        assert response.status_code in (200, 422), response.text
+        if response.status_code == 200:
+            TranscribeResponse.model_validate(response.json())
+        else:
+            assert response.json()["field"].startswith("audio") and "\n" not in response.json()["detail"]
+
+    with httpx.Client(base_url=url, timeout=TIMEOUT) as client:
+        send(client)

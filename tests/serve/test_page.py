@@ -193,3 +193,51 @@ def test_the_page_classifies_an_uploaded_image(browser, image_classifier_run_dir
         page.click("#classify-button")
         page.wait_for_selector("#image-attention[data-drawn='1']")
         assert page.inner_text("#classes li:first-child").startswith("right ")
+
+
+def test_the_page_transcribes_an_uploaded_recording_and_draws_where_each_token_listened(
+        browser, speech_run_dir, speech_task, tmp_path):
+    import base64
+
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    silence = np.zeros(int(0.05 * speech_task.RATE), np.int16)
+    words = [np.concatenate([speech_task.tone(speech_task.WORDS[w], rng, 0.13), silence]) for w in ("mid", "low")]
+    path = speech_task.wav_file(tmp_path / "said.wav", np.concatenate([silence, *words]))
+    with serving(speech_run_dir) as url, browser_page(browser, url) as page:
+        page.wait_for_selector("#transcribe-panel:not([hidden])")
+        assert page.is_hidden("#translate-panel") and page.is_hidden("#classify-panel")
+        sync_api.expect(page.locator("#model-info")).to_contain_text("speech recognizer")
+        page.set_input_files("#transcribe-audio", path)
+        page.click("#transcribe-button")
+        page.wait_for_selector("#speech-attention[data-drawn='1']")
+        audio = base64.b64encode(Path(path).read_bytes()).decode()
+        beam = int(page.input_value("#transcribe-beam"))
+        expected = httpx.post(url + "/transcribe", json={"audio": [audio], "beam_size": beam, "attention": True})
+        best = expected.json()["transcriptions"][0]
+        assert page.inner_text("#transcript") == best["transcript"] == "mid low"
+        attention = best["attention"]
+        tokens = page.locator("#speech-tokens .out-token")
+        assert tokens.all_inner_texts() == attention["output_tokens"]
+        canvas = page.locator("#speech-attention")
+        assert canvas.get_attribute("data-rows") == str(len(attention["output_tokens"]))
+        assert canvas.get_attribute("data-frames") == str(attention["frames"])
+        for row in range(len(attention["output_tokens"])):  # the last layer, heads averaged, by default
+            page.hover(f"#speech-tokens .out-token[data-index='{row}']")
+            assert int(canvas.get_attribute("data-best")) == attended_most(attention, row, 0, None)
+            assert page.inner_text("#speech-hover").startswith(attention["output_tokens"][row])
+        page.select_option("#speech-head-select", "1")
+        page.hover("#speech-tokens .out-token[data-index='0']")
+        assert int(canvas.get_attribute("data-best")) == attended_most(attention, 0, 0, 1)
+        painted = page.evaluate("""() => {
+            const c = document.getElementById('speech-attention');
+            const d = c.getContext('2d').getImageData(100, 10, c.width - 120, 100).data;
+            let dark = 0;
+            for (let i = 0; i < d.length; i += 4) if (d[i] + d[i + 1] + d[i + 2] < 600) dark++;
+            return dark;
+        }""")
+        assert painted > 1000  # the spectrogram is drawn, not a blank canvas
+        screenshot = os.environ.get("SEQMAP_SPEECH_SCREENSHOT")
+        if screenshot:
+            page.screenshot(path=screenshot, full_page=True)

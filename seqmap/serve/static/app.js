@@ -1,10 +1,11 @@
-// The seqmap page: translate (or generate) through the server's API and explore attention.
+// The seqmap page: translate (or generate, classify, transcribe) through the server's API and explore attention.
 //
 // Attention arrives as weights[layer][head][output token][source token] (see /docs, the
 // Attention schema). The page shows one (output x source) map at a time: one head of one
 // layer, or the average over heads and/or layers. Hovering over an output token marks the
 // source tokens whose weight is at least HIGHLIGHT of that row's largest with the class
-// "attended" (and the largest with "attended-max").
+// "attended" (and the largest with "attended-max"). A speech model's attention is over encoder
+// frames instead of source tokens: the page draws it on a canvas under the spectrogram.
 "use strict";
 
 const HIGHLIGHT = 0.5; // fraction of a row's largest weight that counts as "attended"
@@ -15,6 +16,8 @@ const state = {
   results: [], // translations (or the one generation) of the last request
   selected: 0, // which result the heatmap shows
   matrix: null, // the (output x source) map on screen
+  transcription: null, // a speech model's answer for the uploaded audio file
+  speechMatrix: null, // its (output x encoder frame) map on the canvas
 };
 
 const $ = (id) => document.getElementById(id);
@@ -50,6 +53,10 @@ async function init() {
   const info = state.info;
   if (info.task === "classification" || info.task === "image") {
     initClassify(info);
+    return;
+  }
+  if (info.task === "speech") {
+    initSpeech(info);
     return;
   }
   const langs = info.languages;
@@ -193,14 +200,13 @@ function showResults() {
 
 // -- attention ---------------------------------------------------------------------------------
 
-function chosenMap(attention) {
-  // The (T x S) map for the layer and head selectors: one of them, or a mean.
-  const layerValue = $("layer-select").value;
-  const headValue = $("head-select").value;
+function chosenMap(attention, layerValue = $("layer-select").value, headValue = $("head-select").value) {
+  // The (T x S) map for the layer and head selectors: one of them, or a mean. S: source tokens, or a
+  // speech model's encoder frames.
   const layers = layerValue === AVERAGE ? [...Array(attention.layers).keys()] : [Number(layerValue)];
   const heads = headValue === AVERAGE ? [...Array(attention.heads).keys()] : [Number(headValue)];
   const rows = attention.output_tokens.length;
-  const cols = attention.source_tokens.length;
+  const cols = attention.source_tokens ? attention.source_tokens.length : attention.frames;
   const map = Array.from({length: rows}, () => new Array(cols).fill(0));
   for (const l of layers) {
     for (const h of heads) {
@@ -414,6 +420,197 @@ function drawClassAttention() {
   canvas.hidden = false;
   canvas.dataset.drawn = "";
   image.src = state.imageURL;
+}
+
+// -- speech: an uploaded audio file, its spectrogram and each token's attention over it -------------
+
+const SPEECH = {left: 90, right: 12, spectrogram: 150, gap: 6, row: 22, axis: 26};
+const MAGMA = [[0, 0, 4], [81, 18, 124], [183, 55, 121], [252, 137, 97], [252, 253, 191]]; // low to high
+
+function initSpeech(info) {
+  const encoder = info.sizes.conformer ? "Conformer" : "Transformer";
+  $("model-info").textContent = `${encoder} speech recognizer · ${info.audio.sample_rate} Hz audio · ` +
+    `${info.parameters.toLocaleString("en")} parameters · ${info.vocabulary.tokenizer} vocabulary ` +
+    `${info.vocabulary.target}` + (info.step === null ? "" : ` · step ${info.step}`);
+  $("transcribe-panel").hidden = false;
+  $("transcribe-beam").value = info.decode_defaults.beam_size;
+  $("transcribe-beam").max = info.limits.max_beam;
+  $("transcribe-form").addEventListener("submit", onTranscribe);
+  fillSelect($("speech-layer-select"), info.attention.layers, info.attention.layers - 1, "layer");
+  fillSelect($("speech-head-select"), info.attention.heads, AVERAGE, "head");
+  $("speech-layer-select").addEventListener("change", () => speechHighlight(null, true));
+  $("speech-head-select").addEventListener("change", () => speechHighlight(null, true));
+  const canvas = $("speech-attention");
+  canvas.addEventListener("mousemove", (event) => speechHighlight(speechRowAt(canvas, event)));
+  canvas.addEventListener("mouseleave", () => speechHighlight(null));
+}
+
+async function onTranscribe(event) {
+  event.preventDefault();
+  showError("");
+  const file = $("transcribe-audio").files[0];
+  if (!file) {
+    showError("choose an audio file first");
+    return;
+  }
+  const audio = await readAsDataURL(file);
+  const body = {audio: [audio], beam_size: Number($("transcribe-beam").value), attention: true};
+  $("transcribe-button").disabled = true;
+  $("status").textContent = "transcribing...";
+  const start = performance.now();
+  try {
+    const data = await api("/transcribe", body);
+    state.transcription = data.transcriptions[0];
+    $("speech-audio").src = audio;
+    $("status").textContent = `answered in ${Math.round(performance.now() - start)} ms`;
+    showTranscription();
+  } catch (error) {
+    $("status").textContent = "";
+    showError(error.message);
+  } finally {
+    $("transcribe-button").disabled = false;
+  }
+}
+
+function showTranscription() {
+  const result = state.transcription;
+  $("speech-panel").hidden = false;
+  $("transcript").textContent = result.transcript;
+  $("transcript-score").textContent = `${result.seconds.toFixed(2)} s of audio · score ${result.score.toFixed(3)} ` +
+    `(normalized ${result.normalized.toFixed(3)})`;
+  const tokens = result.attention.output_tokens;
+  $("speech-tokens").replaceChildren(...tokens.map((t, i) => tokenSpan(t, "out-token", i)));
+  $("speech-tokens").querySelectorAll(".out-token").forEach((el) => {
+    el.addEventListener("mouseenter", () => speechHighlight(Number(el.dataset.index)));
+    el.addEventListener("mouseleave", () => speechHighlight(null));
+  });
+  drawSpeech();
+}
+
+function magma(x) {
+  // A colour for x in [0, 1] on a magma-like scale (the colours of `seqmap plot attention --audio`'s spectrogram).
+  const at = Math.min(Math.max(x, 0), 1) * (MAGMA.length - 1);
+  const i = Math.min(Math.floor(at), MAGMA.length - 2);
+  const f = at - i;
+  const [a, b] = [MAGMA[i], MAGMA[i + 1]];
+  return `rgb(${[0, 1, 2].map((k) => Math.round(a[k] + f * (b[k] - a[k]))).join(",")})`;
+}
+
+function speechLayout(canvas) {
+  // Pixels per second and where the attention rows start: the spectrogram and the rows share the time axis.
+  const result = state.transcription;
+  const width = canvas.width - SPEECH.left - SPEECH.right;
+  return {x: (seconds) => SPEECH.left + seconds * width / result.seconds, top: SPEECH.spectrogram + SPEECH.gap};
+}
+
+function drawSpeech(highlightRow = null) {
+  const result = state.transcription;
+  if (!result || !result.attention) return;
+  const attention = result.attention;
+  const spec = attention.spectrogram;
+  const map = chosenMap(attention, $("speech-layer-select").value, $("speech-head-select").value);
+  state.speechMatrix = map;
+  const canvas = $("speech-attention");
+  const rows = map.length;
+  canvas.height = SPEECH.spectrogram + SPEECH.gap + rows * SPEECH.row + SPEECH.axis;
+  const context = canvas.getContext("2d");
+  const {x, top} = speechLayout(canvas);
+  context.fillStyle = "white";
+  context.fillRect(0, 0, canvas.width, canvas.height);
+
+  // the spectrogram: feature frame f spans [f, f + 1) hops; band 0 (lowest) at the bottom
+  const features = spec.features;
+  const bands = features.length ? features[0].length : 0;
+  const values = features.flat();
+  const low = Math.min(...values), high = Math.max(...values);
+  const bandHeight = SPEECH.spectrogram / Math.max(bands, 1);
+  features.forEach((frame, f) => {
+    const x0 = x(f * spec.feature_seconds), x1 = x((f + 1) * spec.feature_seconds);
+    frame.forEach((v, m) => {
+      context.fillStyle = magma((v - low) / Math.max(high - low, 1e-9));
+      context.fillRect(x0, SPEECH.spectrogram - (m + 1) * bandHeight, x1 - x0 + 0.5, bandHeight + 0.5);
+    });
+  });
+
+  // the attention: row i, encoder frame j spans [j, j + 1) * frame_seconds
+  const vmax = Math.max(1e-9, ...map.flat());
+  context.font = "13px system-ui, sans-serif";
+  context.textAlign = "right";
+  context.textBaseline = "middle";
+  map.forEach((weights, i) => {
+    const y = top + i * SPEECH.row;
+    weights.forEach((w, j) => {
+      const x0 = x(j * spec.frame_seconds), x1 = x((j + 1) * spec.frame_seconds);
+      context.fillStyle = `rgba(29, 78, 216, ${(w / vmax).toFixed(3)})`;
+      context.fillRect(x0, y, x1 - x0 + 0.5, SPEECH.row - 1);
+    });
+    context.fillStyle = i === highlightRow ? "#1d4ed8" : "#111827";
+    context.fillText(label(attention.output_tokens[i]), SPEECH.left - 6, y + SPEECH.row / 2);
+  });
+
+  // the time axis
+  const axisY = top + rows * SPEECH.row;
+  context.fillStyle = "#6b7280";
+  context.textAlign = "center";
+  context.textBaseline = "top";
+  const step = [0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10].find((s) => result.seconds / s <= 12) || 20;
+  for (let t = 0; t <= result.seconds + 1e-9; t += step) {
+    context.fillRect(x(t), axisY, 1, 4);
+    context.fillText(`${Number(t.toFixed(2))} s`, x(t), axisY + 6);
+  }
+  if (highlightRow !== null) markSpeechRow(context, highlightRow);
+  canvas.dataset.row = highlightRow === null ? "" : String(highlightRow);
+  canvas.dataset.rows = String(rows);
+  canvas.dataset.frames = String(attention.frames);
+  canvas.dataset.drawn = "1";
+}
+
+function markSpeechRow(context, row) {
+  // Outline row `row`, and shade the audio it attends to over the spectrogram (the largest weight darker).
+  const canvas = $("speech-attention");
+  const spec = state.transcription.attention.spectrogram;
+  const {x, top} = speechLayout(canvas);
+  const weights = state.speechMatrix[row];
+  const best = weights.indexOf(Math.max(...weights));
+  weights.forEach((w, j) => {
+    if (w < HIGHLIGHT * weights[best]) return;
+    const x0 = x(j * spec.frame_seconds), x1 = x((j + 1) * spec.frame_seconds);
+    context.fillStyle = j === best ? "rgba(245, 158, 11, 0.55)" : "rgba(253, 230, 138, 0.45)";
+    context.fillRect(x0, 0, x1 - x0, SPEECH.spectrogram);
+  });
+  context.strokeStyle = "#1d4ed8";
+  context.lineWidth = 2;
+  context.strokeRect(SPEECH.left, top + row * SPEECH.row, canvas.width - SPEECH.left - SPEECH.right, SPEECH.row - 1);
+  return best;
+}
+
+function speechRowAt(canvas, event) {
+  // The attention row under the mouse, or null over the spectrogram, the labels' margin or the axis.
+  const box = canvas.getBoundingClientRect();
+  const y = (event.clientY - box.top) * canvas.height / box.height;
+  const row = Math.floor((y - SPEECH.spectrogram - SPEECH.gap) / SPEECH.row);
+  return row >= 0 && row < (state.speechMatrix || []).length ? row : null;
+}
+
+function speechHighlight(row, redraw = false) {
+  // Redraw with output token `row` marked (null clears), and say where it listened most.
+  const canvas = $("speech-attention");
+  if (!state.transcription || (!redraw && canvas.dataset.row === (row === null ? "" : String(row)))) return;
+  drawSpeech(row);
+  $("speech-tokens").querySelectorAll(".out-token").forEach((el) => {
+    el.classList.toggle("active", Number(el.dataset.index) === row);
+  });
+  if (row === null) {
+    delete canvas.dataset.best;
+    $("speech-hover").textContent = "";
+    return;
+  }
+  const weights = state.speechMatrix[row];
+  const best = weights.indexOf(Math.max(...weights));
+  const seconds = state.transcription.attention.spectrogram.frame_seconds;
+  canvas.dataset.best = String(best);
+  $("speech-hover").textContent = `${label(state.transcription.attention.output_tokens[row])} attends most to ` +
+    `${(best * seconds).toFixed(2)}–${((best + 1) * seconds).toFixed(2)} s (${weights[best].toFixed(3)})`;
 }
 
 init();
