@@ -1,4 +1,7 @@
-"""``seqmap evaluate RUN_DIR --src FILE --ref FILE``: sacreBLEU BLEU, chrF, TER and the reference perplexity."""
+"""``seqmap evaluate RUN_DIR --src FILE --ref FILE``: sacreBLEU BLEU, chrF, TER, ROUGE and the reference perplexity.
+
+Summaries: ``--lead`` and ``--baseline-run RUN_DIR`` add baselines scored on the same documents.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +30,15 @@ def add_parser(commands) -> None:
     evaluate.add_argument("--no-baseline", action="store_true",
                           help="a classifier: skip the TF-IDF + logistic regression baseline (fitted on the run's "
                                "training rows, scored on the same --data rows)")
+    evaluate.add_argument("--lead", action="store_true",
+                          help="summarization: also score the lead baseline (each document's first sentence, cut "
+                               "to --lead-words words) on the same documents")
+    evaluate.add_argument("--lead-words", type=int, metavar="N",
+                          help="words the lead baseline keeps (default: the median word count of the run's "
+                               "training targets, data.train)")
+    evaluate.add_argument("--baseline-run", metavar="RUN_DIR",
+                          help="also decode and score another run (e.g. the model without copying) on the same "
+                               "--src/--ref, and print a table of both")
     evaluate.add_argument("--out", help="where to write the hypotheses (default: RUN_DIR/eval/SRC.hyp)")
     evaluate.add_argument("--nbest", type=int, default=1, help="also write N-best lists to OUT.nbest")
     evaluate.add_argument("--tokenize", help="sacreBLEU tokenizer (default: zh for Chinese targets, else 13a)")
@@ -39,7 +51,8 @@ def add_parser(commands) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from seqmap.evaluation import evaluate_files
+    from seqmap.data.corpus import read_lines
+    from seqmap.evaluation import check_documents, evaluate_files
 
     run = load(args)
     if run.cfg.data.task == "graph":
@@ -51,7 +64,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if run.src_tok is None:
         raise UserError(f"{args.run_dir} is a language model; evaluate needs a translation run")
     out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")
+    summarize = args.lead or args.lead_words is not None or args.baseline_run is not None
     try:
+        if summarize:
+            check_documents(read_lines(args.src, "--src"))
         result = evaluate_files(run, args.src, args.ref, decode_config(run, args), out, n_best=args.nbest,
                                 tokenize=args.tokenize, compare_with=args.compare, tok_ref=args.tok_ref)
     except ValueError as e:  # a bad --tokenize, --nbest beyond the beam, hypotheses of another length
@@ -59,6 +75,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"BLEU = {result['bleu']:.2f}   {result['bleu_signature']}")
     print(f"chrF = {result['chrf']:.2f}   {result['chrf_signature']}")
     print(f"TER  = {result['ter']:.2f}   {result['ter_signature']}")
+    if "rougeL" in result:
+        print(f"ROUGE-1 = {result['rouge1']:.2f}   ROUGE-2 = {result['rouge2']:.2f}   ROUGE-L = {result['rougeL']:.2f}"
+              f"   {result['rouge_signature']}")
     if "bleu_lc_tok" in result:
         print(f"BLEU (tokenized, lowercased) = {result['bleu_lc_tok']:.2f}   {result['bleu_lc_tok_signature']}")
     print(f"reference perplexity = {result['ppl']:.2f}")
@@ -69,7 +88,51 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         c = result["compare"]
         print(f"paired bootstrap against {args.compare}: BLEU {c['bleu']:.2f} vs {c['other_bleu']:.2f}, "
               f"p = {c['p_value']:.4f}   {c['signature']}")
+    if summarize:
+        _print_baselines(run, args, result)
     return 0
+
+
+def _print_baselines(run, args: argparse.Namespace, result: dict) -> None:
+    """The lead baseline and/or another run on the same documents, in one table with this run."""
+    from seqmap.data.corpus import read_parallel
+    from seqmap.evaluation import evaluate_files, lead_scores, summary_table
+
+    if "rougeL" not in result:
+        raise UserError(f"ROUGE is not measured for target language {run.cfg.data.tgt_lang!r}; the summary "
+                        "baselines (--lead, --baseline-run) need a Latin-script target")
+    rows = [(f"{Path(args.run_dir).name} ({'copy' if run.cfg.model.copy else 'no copy'})", result)]
+    pairs = read_parallel(args.src, args.ref, "--src", "--ref")
+    if args.lead or args.lead_words is not None:
+        words = args.lead_words if args.lead_words is not None else _median_target_words(run)
+        if words <= 0:
+            raise UserError(f"--lead-words must be > 0, got {words}")
+        lead = lead_scores([s for s, _ in pairs], [r for _, r in pairs], words, run.cfg.data.tgt_lang)
+        rows.append((lead["model"], lead))
+    if args.baseline_run is not None:
+        other = load(argparse.Namespace(**{**vars(args), "run_dir": args.baseline_run, "checkpoint": "best"}))
+        out = other.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")
+        try:
+            other_result = evaluate_files(other, args.src, args.ref, decode_config(other, args), out)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        rows.append((f"{Path(args.baseline_run).name} ({'copy' if other.cfg.model.copy else 'no copy'})",
+                     other_result))
+    print(f"the same {result['sentences']} documents ({result['rouge_signature']}):")
+    print("\n".join(summary_table(rows)))
+
+
+def _median_target_words(run) -> int:
+    """The lead's length: the median word count of the run's training targets (data.train)."""
+    from seqmap.data.pipeline import read_translation_texts
+    from seqmap.models.lead import median_words
+
+    try:
+        train = read_translation_texts(run.cfg.data)["train"]
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read the run's training targets for the lead's length ({e}); "
+                        "pass --lead-words N") from None
+    return median_words([t for _, t in train])
 
 
 def _evaluate_classifier(run, args: argparse.Namespace) -> int:

@@ -10,11 +10,13 @@ from __future__ import annotations
 from torch import nn
 
 from seqmap.config import ConfigError, ModelConfig
+from seqmap.data.tokenizer_base import UNK
 from seqmap.models.classifier import TransformerClassifier
 from seqmap.models.gat import GAT
 from seqmap.models.lm import DecoderOnlyLM
 from seqmap.models.rnn_lm import RNNLM
 from seqmap.models.transformer import Transformer, TransformerDecoder, TransformerEncoder
+from seqmap.nn.copy import CopyHead
 from seqmap.nn.layers import DecoderLayer, EncoderLayer, FeedForward, TokenEmbedding, make_norm
 from seqmap.nn.multihead import MultiHeadAttention
 from seqmap.nn.patches import PatchEmbedding
@@ -111,7 +113,7 @@ def build_transformer(cfg: ModelConfig) -> Transformer:
         tgt_embedding, _positional(cfg, causal=True),
         [_decoder_layer(cfg) for _ in range(cfg.dec_layers)], _final_norm(cfg),
         _output(cfg, tgt_embedding), cfg.dropout)
-    model = Transformer(encoder, decoder)
+    model = Transformer(encoder, decoder, CopyHead(cfg.d_model) if cfg.copy else None, unk_id=UNK)
     _init_linears(model)
     return model
 
