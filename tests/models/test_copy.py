@@ -114,3 +114,24 @@ def test_copy_needs_the_transformer_and_a_joint_vocabulary():
         ModelConfig(family="rnn", copy=True)
     with pytest.raises(ConfigError, match="data.joint_vocab=true"):
         RunConfig(model=ModelConfig(copy=True), data=DataConfig(joint_vocab=False))
+
+
+def test_a_word_outside_the_vocabulary_is_copied_through_extended_ids():
+    """Word tokenizer -> extended source ids -> a copying model -> the unseen word back as text."""
+    from seqmap.data.oov import decode_extended, extend_source, extend_target
+    from seqmap.data.tokenizers import train_tokenizer
+
+    tok = train_tokenizer("word", ["install the tool now", "the tool"])
+    src_ids, oov = extend_source(tok, "install zyxwv the zyxwv qq")
+    v = tok.vocab_size
+    assert oov == ["zyxwv", "qq"] and src_ids[1] == src_ids[3] == v and src_ids[4] == v + 1
+    assert extend_target(tok, "zyxwv tool", oov) == [v, tok.encode("tool")[0]]
+    model = make(src_vocab=v, tgt_vocab=v)
+    with torch.no_grad():
+        model.copy.gate.bias.fill_(-30.0)  # copy only
+        model.copy.query.weight.zero_()
+        model.copy.query.bias.zero_()
+    src = torch.tensor([src_ids])
+    out = greedy(model, src, None, bos=BOS, eos=EOS, max_len=1, banned=(PAD, BOS, UNK))
+    assert decode_extended(tok, out.tokens[0].tolist(), oov) == "zyxwv"  # 2 of 5 positions: the likeliest
+    assert decode_extended(tok, [v + 1, *tok.encode("tool")], oov) == "qq tool"
