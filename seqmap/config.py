@@ -380,6 +380,7 @@ class RunConfig:
             longest = max(d.context, d.eval_context) if d.task == "lm" else max(d.max_len, d.max_src_len) + 1
             what = ("data.context / data.eval_context" if d.task == "lm"
                     else "data.max_len + 1 (CLS)" if d.task == "classification"
+                    else "data.max_len + 1 (BOS)" if d.max_src_len == 0
                     else "max(data.max_len, data.max_src_len) + 1 (BOS)")
             if m.max_len < longest:
                 raise ConfigError(f"model.max_len={m.max_len} learned positions cannot cover {what} = {longest} "
