@@ -28,15 +28,21 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
 from seqmap import metrics as mt
-from seqmap.config import DecodeConfig
+from seqmap.config import DataConfig, DecodeConfig
 from seqmap.data.corpus import read_lines, read_parallel, read_tsv
 from seqmap.data.graphs import GraphData
 from seqmap.data.images import read_split
 from seqmap.data.labels import LabelSet
-from seqmap.data.pipeline import Pairs, classification_ids, classification_train_rows, truncate_source
+from seqmap.data.pipeline import (
+    Pairs,
+    classification_ids,
+    classification_train_rows,
+    read_translation_texts,
+    truncate_source,
+)
 from seqmap.decoding.text import Scored, translate_texts
 from seqmap.models.lead import BASELINE_NAME as LEAD_NAME
-from seqmap.models.lead import lead
+from seqmap.models.lead import lead, median_words
 from seqmap.models.tfidf import BASELINE_NAME, MissingBaselineDependency, TfidfLogReg
 from seqmap.runs import LoadedRun
 from seqmap.training.checkpoint import load_checkpoint
@@ -94,6 +100,51 @@ def lead_scores(sources: Sequence[str], refs: Sequence[str], words: int, tgt_lan
     check_documents(sources)
     hyps = [lead(s, words) for s in sources]
     return {"model": f"{LEAD_NAME} ({words} words)", **score(hyps, list(refs), tgt_lang), "hyps": hyps}
+
+
+def median_target_words(data: DataConfig) -> int:
+    """The lead's length: the median word count of a run's training targets (``data.train``)."""
+    try:
+        train = read_translation_texts(data)["train"]
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot read the run's training targets for the lead's length ({e}); "
+                         "give the lead's length (--lead WORDS)") from None
+    return median_words([t for _, t in train])
+
+
+def _system_name(run: LoadedRun) -> str:
+    return f"{run.checkpoint.parent.parent.name} ({'copy' if run.cfg.model.copy else 'no copy'})"
+
+
+def summary_baselines(run: LoadedRun, src: str | Path, ref: str | Path, result: dict, *,
+                      lead_words: int | None = 0, other: LoadedRun | None = None,
+                      other_decode: DecodeConfig | None = None) -> list[tuple[str, dict]]:
+    """(name, scores) of ``run`` (its ``evaluate_files`` ``result``), the lead baseline and ``other`` (another
+    run, e.g. without copying), all on the same documents.
+
+    ``lead_words``: the lead's length; 0 = the median word count of the run's training targets, None = no lead.
+    """
+    if "rougeL" not in result:
+        raise ValueError(f"ROUGE is not measured for target language {run.cfg.data.tgt_lang!r}; the summary "
+                         "baselines (--lead, --baseline-run) need a Latin-script target")
+    rows = [(_system_name(run), result)]
+    pairs = read_parallel(src, ref, "--src", "--ref")
+    if lead_words is not None:
+        if lead_words < 0:
+            raise ValueError(f"--lead WORDS must be > 0 (or left out: the training targets' median), got {lead_words}")
+        words = lead_words or median_target_words(run.cfg.data)
+        scores = lead_scores([s for s, _ in pairs], [r for _, r in pairs], words, run.cfg.data.tgt_lang)
+        rows.append((scores["model"], scores))
+    if other is not None:
+        out = other.checkpoint.parent.parent / "eval" / (Path(src).name + ".hyp")
+        rows.append((_system_name(other), evaluate_files(other, src, ref, other_decode, out)))
+    return rows
+
+
+def rouge_line(result: dict) -> str:
+    """One line of a result's ROUGE-1/2/L and their signature."""
+    return (f"ROUGE-1 = {result['rouge1']:.2f}   ROUGE-2 = {result['rouge2']:.2f}   ROUGE-L = {result['rougeL']:.2f}"
+            f"   {result['rouge_signature']}")
 
 
 def summary_table(rows: Sequence[tuple[str, dict]]) -> list[str]:

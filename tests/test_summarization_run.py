@@ -74,6 +74,6 @@ def test_an_empty_document_is_one_line(tmp_path, capsys):
     (tmp_path / "docs.ref").write_text("gagaga tool\nnothing\nother tool\n")
     capsys.readouterr()
     assert main(["evaluate", str(run), "--src", str(tmp_path / "docs.src"), "--ref", str(tmp_path / "docs.ref"),
-                 "--lead"]) == 2
+                 "--lead", "7"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--src line 2 is empty: there is no document to summarize" in err[0]

@@ -1,7 +1,4 @@
-"""``seqmap evaluate RUN_DIR --src FILE --ref FILE``: sacreBLEU BLEU, chrF, TER, ROUGE and the reference perplexity.
-
-Summaries: ``--lead`` and ``--baseline-run RUN_DIR`` add baselines scored on the same documents.
-"""
+"""``seqmap evaluate RUN_DIR --src FILE --ref FILE``: BLEU, chrF, TER, ROUGE (+ summary baselines), perplexity."""
 
 from __future__ import annotations
 
@@ -30,15 +27,11 @@ def add_parser(commands) -> None:
     evaluate.add_argument("--no-baseline", action="store_true",
                           help="a classifier: skip the TF-IDF + logistic regression baseline (fitted on the run's "
                                "training rows, scored on the same --data rows)")
-    evaluate.add_argument("--lead", action="store_true",
-                          help="summarization: also score the lead baseline (each document's first sentence, cut "
-                               "to --lead-words words) on the same documents")
-    evaluate.add_argument("--lead-words", type=int, metavar="N",
-                          help="words the lead baseline keeps (default: the median word count of the run's "
-                               "training targets, data.train)")
-    evaluate.add_argument("--baseline-run", metavar="RUN_DIR",
-                          help="also decode and score another run (e.g. the model without copying) on the same "
-                               "--src/--ref, and print a table of both")
+    evaluate.add_argument("--lead", nargs="?", type=int, const=0, metavar="WORDS", help="summaries: also score the "
+                          "lead baseline (each document's first sentence, cut to WORDS words; default: the median "
+                          "word count of the run's training targets) on the same documents")
+    evaluate.add_argument("--baseline-run", metavar="RUN_DIR", help="summaries: also decode and score another run "
+                          "(e.g. without copying) on the same --src/--ref, in one table")
     evaluate.add_argument("--out", help="where to write the hypotheses (default: RUN_DIR/eval/SRC.hyp)")
     evaluate.add_argument("--nbest", type=int, default=1, help="also write N-best lists to OUT.nbest")
     evaluate.add_argument("--tokenize", help="sacreBLEU tokenizer (default: zh for Chinese targets, else 13a)")
@@ -52,7 +45,7 @@ def add_parser(commands) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from seqmap.data.corpus import read_lines
-    from seqmap.evaluation import check_documents, evaluate_files
+    from seqmap.evaluation import check_documents, evaluate_files, rouge_line
 
     run = load(args)
     if run.cfg.data.task == "graph":
@@ -64,7 +57,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if run.src_tok is None:
         raise UserError(f"{args.run_dir} is a language model; evaluate needs a translation run")
     out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")
-    summarize = args.lead or args.lead_words is not None or args.baseline_run is not None
+    summarize = args.lead is not None or args.baseline_run is not None
     try:
         if summarize:
             check_documents(read_lines(args.src, "--src"))
@@ -76,8 +69,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"chrF = {result['chrf']:.2f}   {result['chrf_signature']}")
     print(f"TER  = {result['ter']:.2f}   {result['ter_signature']}")
     if "rougeL" in result:
-        print(f"ROUGE-1 = {result['rouge1']:.2f}   ROUGE-2 = {result['rouge2']:.2f}   ROUGE-L = {result['rougeL']:.2f}"
-              f"   {result['rouge_signature']}")
+        print(rouge_line(result))
     if "bleu_lc_tok" in result:
         print(f"BLEU (tokenized, lowercased) = {result['bleu_lc_tok']:.2f}   {result['bleu_lc_tok_signature']}")
     print(f"reference perplexity = {result['ppl']:.2f}")
@@ -95,44 +87,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _print_baselines(run, args: argparse.Namespace, result: dict) -> None:
     """The lead baseline and/or another run on the same documents, in one table with this run."""
-    from seqmap.data.corpus import read_parallel
-    from seqmap.evaluation import evaluate_files, lead_scores, summary_table
+    from seqmap.evaluation import summary_baselines, summary_table
 
-    if "rougeL" not in result:
-        raise UserError(f"ROUGE is not measured for target language {run.cfg.data.tgt_lang!r}; the summary "
-                        "baselines (--lead, --baseline-run) need a Latin-script target")
-    rows = [(f"{Path(args.run_dir).name} ({'copy' if run.cfg.model.copy else 'no copy'})", result)]
-    pairs = read_parallel(args.src, args.ref, "--src", "--ref")
-    if args.lead or args.lead_words is not None:
-        words = args.lead_words if args.lead_words is not None else _median_target_words(run)
-        if words <= 0:
-            raise UserError(f"--lead-words must be > 0, got {words}")
-        lead = lead_scores([s for s, _ in pairs], [r for _, r in pairs], words, run.cfg.data.tgt_lang)
-        rows.append((lead["model"], lead))
-    if args.baseline_run is not None:
-        other = load(argparse.Namespace(**{**vars(args), "run_dir": args.baseline_run, "checkpoint": "best"}))
-        out = other.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")
-        try:
-            other_result = evaluate_files(other, args.src, args.ref, decode_config(other, args), out)
-        except ValueError as e:
-            raise UserError(str(e)) from None
-        rows.append((f"{Path(args.baseline_run).name} ({'copy' if other.cfg.model.copy else 'no copy'})",
-                     other_result))
-    print(f"the same {result['sentences']} documents ({result['rouge_signature']}):")
-    print("\n".join(summary_table(rows)))
-
-
-def _median_target_words(run) -> int:
-    """The lead's length: the median word count of the run's training targets (data.train)."""
-    from seqmap.data.pipeline import read_translation_texts
-    from seqmap.models.lead import median_words
-
+    other = load(argparse.Namespace(**{**vars(args), "run_dir": args.baseline_run})) if args.baseline_run else None
     try:
-        train = read_translation_texts(run.cfg.data)["train"]
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read the run's training targets for the lead's length ({e}); "
-                        "pass --lead-words N") from None
-    return median_words([t for _, t in train])
+        rows = summary_baselines(run, args.src, args.ref, result, lead_words=args.lead, other=other,
+                                 other_decode=None if other is None else decode_config(other, args))
+    except (OSError, ValueError) as e:  # no ROUGE for the language, unreadable data.train, --lead below 0
+        raise UserError(str(e)) from None
+    print(f"the same {result['sentences']} documents ({result['rouge_signature']}):", *summary_table(rows), sep="\n")
 
 
 def _evaluate_classifier(run, args: argparse.Namespace) -> int:
