@@ -78,6 +78,8 @@ class ModelConfig:
     tie_embeddings: bool = True  # target embedding and output projection share weights
     output_bias: bool = False  # a learned bias on the output logits (Marian's final_logits_bias)
     share_vocab: bool = False  # source and target embeddings are one table (needs equal vocabularies)
+    copy: bool = False  # transformer: a pointer-generator copy head (See et al. 2017; seqmap/nn/copy.py) mixes
+    #                     copying source tokens into the output distribution (needs data.joint_vocab)
     pooling: str = "cls"  # classifier: cls (a learned vector in front, its final state) | mean (of real positions)
     n_classes: int = 0  # classifier, vit: number of classes (set from the training labels by `train`)
     patch_size: int = 4  # vit: side of the square patches an image is cut into (must divide its height and width)
@@ -153,6 +155,9 @@ class ModelConfig:
             raise ConfigError("model.positional=rope needs an even head width d_model / n_heads")
         if self.family not in ("lm", "rnn_lm"):
             _positive(s, "enc_layers", self.enc_layers)
+        if self.copy and self.family != "transformer":
+            raise ConfigError(f"model.copy=true is for model.family=transformer (got {self.family!r}); remove it, "
+                              "or use the Transformer encoder-decoder")
         if self.reverse_source and self.family != "rnn":
             raise ConfigError(f"model.reverse_source=true is for model.family=rnn (got {self.family!r}); "
                               "remove it, or use the RNN encoder-decoder")
@@ -204,6 +209,9 @@ class DataConfig:
     split_digits: bool = False  # sentencepiece: every digit its own piece
     remove_extra_whitespaces: bool = True  # sentencepiece: strip and collapse spaces (false keeps every space)
     max_len: int = 128  # pairs longer than this (tokens, either side) are filtered and counted
+    max_src_len: int = 0  # translation: > 0 truncates every source to its first N tokens (counted in the log;
+    #                       every split, evaluate and translate alike) and data.max_len then bounds only the
+    #                       target; 0 = sources count against data.max_len (longer pairs dropped, counted)
     context: int = 256  # lm: tokens per training sequence
     eval_context: int = 0  # lm: tokens per validation/test window (0 = context); an RNN LM can read longer ones
     lowercase: bool = False  # lowercase all text before tokenizing
@@ -245,6 +253,9 @@ class DataConfig:
             _choice("data", "lexicon", self.lexicon, LEXICONS)
         for name in ("vocab_size", "max_len", "context"):
             _positive("data", name, getattr(self, name))
+        if self.max_src_len < 0:
+            raise ConfigError(f"data.max_src_len must be >= 0 (0: sources count against data.max_len), "
+                              f"got {self.max_src_len}")
         if self.eval_context < 0:
             raise ConfigError(f"data.eval_context must be >= 0 (0: the same as data.context), got {self.eval_context}")
         if not 0.0 < self.character_coverage <= 1.0:
@@ -288,8 +299,8 @@ class TrainConfig:
     valid_every: int = 500  # steps between validations (also at the end)
     valid_bleu: bool = True  # translation: decode the validation set greedily (any decode.beam_size) for BLEU/chrF
     valid_examples: int = 3  # source/reference/hypothesis examples written to the log
-    early_stopping: str = "loss"  # best checkpoint and patience: loss | ppl | bleu | chrf | accuracy | macro_f1
-    #                               | wer | string_accuracy (speech)
+    early_stopping: str = "loss"  # best checkpoint and patience: loss | ppl | bleu | chrf | rougeL | accuracy
+    #                               | macro_f1 | wer | string_accuracy (speech)
     #                 (accuracy, macro_f1: equal values are ranked by the lower validation loss)
     patience: int = 0  # validations without improvement before stopping (0 = never stop early)
     patience_metrics: list[str] = field(default_factory=list)  # [] = improvement is a better early_stopping
@@ -331,8 +342,8 @@ class TrainConfig:
             raise ConfigError("train.keep_last must be >= 1 (the latest checkpoint is needed to resume)")
 
 
-HIGHER_IS_BETTER = ("bleu", "chrf", "accuracy", "macro_f1", "string_accuracy")  # validation metrics to maximise
-LOWER_IS_BETTER = ("loss", "ppl", "wer")  # validation metrics to minimise
+HIGHER_IS_BETTER = ("bleu", "chrf", "rougeL", "accuracy", "macro_f1", "string_accuracy")  # validation metrics
+LOWER_IS_BETTER = ("loss", "ppl", "wer")  # to maximise, and to minimise
 CLASSIFICATION_TASKS = ("classification", "image", "graph")  # data.task values that predict one label per example
 FAMILY_OF_TASK = {"classification": "classifier", "image": "vit", "graph": "gat", "speech": "speech"}  # tasks that
 #                                                                                         need a family of their own
@@ -412,14 +423,17 @@ class RunConfig:
         for metric in (self.train.early_stopping, *self.train.patience_metrics):
             if metric in ("accuracy", "macro_f1") and not labelled:
                 raise ConfigError(f"train.early_stopping / patience_metrics {metric} is a classification metric; "
-                                  f"data.task={d.task} validates loss, ppl (and bleu, chrf for translation)")
-            if metric in ("bleu", "chrf", "ppl") and labelled:
+                                  f"data.task={d.task} validates loss, ppl (and bleu, chrf, rougeL for translation)")
+            if metric in ("bleu", "chrf", "rougeL", "ppl") and labelled:
                 raise ConfigError(f"train.early_stopping / patience_metrics {metric} is not measured for "
                                   f"classification (data.task={d.task}); use loss, accuracy or macro_f1")
             if (metric in ("wer", "string_accuracy")) != (d.task == "speech") and metric in (
-                    "wer", "string_accuracy", "bleu", "chrf"):
+                    "wer", "string_accuracy", "bleu", "chrf", "rougeL"):
                 raise ConfigError(f"train.early_stopping / patience_metrics {metric} is not measured for "
                                   f"data.task={d.task}; speech validates loss, ppl, wer and string_accuracy")
+        if m.copy and not d.joint_vocab:
+            raise ConfigError("model.copy=true copies source token ids into the target, so both sides need one "
+                              "vocabulary; set data.joint_vocab=true (or model.copy=false)")
         if d.task == "graph":
             if d.train is None or d.valid is not None or d.test is not None:
                 raise ConfigError("data.task=graph reads one .npz holding the graph and its train/val/test node "
@@ -428,9 +442,11 @@ class RunConfig:
                 raise ConfigError(f"data.task=graph takes one full-graph step per epoch; train.accum_steps must "
                                   f"be 1, got {self.train.accum_steps}")
         if m.positional == "learned" and m.family in ("transformer", "lm", "classifier"):
-            longest = max(d.context, d.eval_context) if d.task == "lm" else d.max_len + 1  # + BOS or CLS
+            longest = max(d.context, d.eval_context) if d.task == "lm" else max(d.max_len, d.max_src_len) + 1
             what = ("data.context / data.eval_context" if d.task == "lm"
-                    else "data.max_len + 1 (CLS)" if d.task == "classification" else "data.max_len + 1 (BOS)")
+                    else "data.max_len + 1 (CLS)" if d.task == "classification"
+                    else "data.max_len + 1 (BOS)" if d.max_src_len == 0
+                    else "max(data.max_len, data.max_src_len) + 1 (BOS)")
             if m.max_len < longest:
                 raise ConfigError(f"model.max_len={m.max_len} learned positions cannot cover {what} = {longest} "
                                   f"tokens; raise model.max_len to at least {longest}")

@@ -28,13 +28,21 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
 from seqmap import metrics as mt
-from seqmap.config import DecodeConfig
+from seqmap.config import DataConfig, DecodeConfig
 from seqmap.data.corpus import read_lines, read_parallel, read_tsv
 from seqmap.data.graphs import GraphData
 from seqmap.data.images import read_split
 from seqmap.data.labels import LabelSet
-from seqmap.data.pipeline import Pairs, classification_ids, classification_train_rows
+from seqmap.data.pipeline import (
+    Pairs,
+    classification_ids,
+    classification_train_rows,
+    read_translation_texts,
+    truncate_source,
+)
 from seqmap.decoding.text import Scored, translate_texts
+from seqmap.models.lead import BASELINE_NAME as LEAD_NAME
+from seqmap.models.lead import lead, median_words
 from seqmap.models.tfidf import BASELINE_NAME, MissingBaselineDependency, TfidfLogReg
 from seqmap.runs import LoadedRun
 from seqmap.training.checkpoint import load_checkpoint
@@ -66,11 +74,85 @@ def bleu_tokenizer(tgt_lang: str, tokenize: str | None = None) -> str:
 
 
 def score(hyps: list[str], refs: list[str], tgt_lang: str, tokenize: str | None = None) -> dict:
-    """BLEU, chrF and TER of hypotheses against references, with sacreBLEU signatures."""
+    """BLEU, chrF and TER of hypotheses against references, with sacreBLEU signatures; ROUGE-1/2/L F1
+    (``rouge1``, ``rouge2``, ``rougeL``, ``rouge_signature``) unless the target is Chinese (rouge-score
+    reads Latin words only)."""
     bleu = mt.bleu(hyps, refs, tokenize=bleu_tokenizer(tgt_lang, tokenize))
     chrf, ter = mt.chrf(hyps, refs), mt.ter(hyps, refs, asian_support=mt.tokenizer_for(tgt_lang) == "zh")
-    return {"bleu": bleu.value, "chrf": chrf.value, "ter": ter.value, "bleu_signature": bleu.signature,
-            "chrf_signature": chrf.signature, "ter_signature": ter.signature}
+    out = {"bleu": bleu.value, "chrf": chrf.value, "ter": ter.value, "bleu_signature": bleu.signature,
+           "chrf_signature": chrf.signature, "ter_signature": ter.signature}
+    if mt.tokenizer_for(tgt_lang) != "zh" and hyps:
+        rouge = mt.rouge(hyps, refs)
+        out.update({name: s.value for name, s in rouge.items()}, rouge_signature=rouge["rougeL"].signature)
+    return out
+
+
+def check_documents(sources: Sequence[str], where: str = "--src") -> None:
+    """A summary needs a document: the first empty source is one ValueError naming its line."""
+    for number, text in enumerate(sources, start=1):
+        if not text.strip():
+            raise ValueError(f"{where} line {number} is empty: there is no document to summarize; remove the line "
+                             "(and its reference) or give the document's text")
+
+
+def lead_scores(sources: Sequence[str], refs: Sequence[str], words: int, tgt_lang: str = "en") -> dict:
+    """The lead baseline (``seqmap.models.lead``: first sentence, first ``words`` words) scored like a run."""
+    check_documents(sources)
+    hyps = [lead(s, words) for s in sources]
+    return {"model": f"{LEAD_NAME} ({words} words)", **score(hyps, list(refs), tgt_lang), "hyps": hyps}
+
+
+def median_target_words(data: DataConfig) -> int:
+    """The lead's length: the median word count of a run's training targets (``data.train``)."""
+    try:
+        train = read_translation_texts(data)["train"]
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot read the run's training targets for the lead's length ({e}); "
+                         "give the lead's length (--lead WORDS)") from None
+    return median_words([t for _, t in train])
+
+
+def _system_name(run: LoadedRun) -> str:
+    return f"{run.checkpoint.parent.parent.name} ({'copy' if run.cfg.model.copy else 'no copy'})"
+
+
+def summary_baselines(run: LoadedRun, src: str | Path, ref: str | Path, result: dict, *,
+                      lead_words: int | None = 0, other: LoadedRun | None = None,
+                      other_decode: DecodeConfig | None = None) -> list[tuple[str, dict]]:
+    """(name, scores) of ``run`` (its ``evaluate_files`` ``result``), the lead baseline and ``other`` (another
+    run, e.g. without copying), all on the same documents.
+
+    ``lead_words``: the lead's length; 0 = the median word count of the run's training targets, None = no lead.
+    """
+    if "rougeL" not in result:
+        raise ValueError(f"ROUGE is not measured for target language {run.cfg.data.tgt_lang!r}; the summary "
+                         "baselines (--lead, --baseline-run) need a Latin-script target")
+    rows = [(_system_name(run), result)]
+    pairs = read_parallel(src, ref, "--src", "--ref")
+    if lead_words is not None:
+        if lead_words < 0:
+            raise ValueError(f"--lead WORDS must be > 0 (or left out: the training targets' median), got {lead_words}")
+        words = lead_words or median_target_words(run.cfg.data)
+        scores = lead_scores([s for s, _ in pairs], [r for _, r in pairs], words, run.cfg.data.tgt_lang)
+        rows.append((scores["model"], scores))
+    if other is not None:
+        out = other.checkpoint.parent.parent / "eval" / (Path(src).name + ".hyp")
+        rows.append((_system_name(other), evaluate_files(other, src, ref, other_decode, out)))
+    return rows
+
+
+def rouge_line(result: dict) -> str:
+    """One line of a result's ROUGE-1/2/L and their signature."""
+    return (f"ROUGE-1 = {result['rouge1']:.2f}   ROUGE-2 = {result['rouge2']:.2f}   ROUGE-L = {result['rougeL']:.2f}"
+            f"   {result['rouge_signature']}")
+
+
+def summary_table(rows: Sequence[tuple[str, dict]]) -> list[str]:
+    """Lines of a small table: ROUGE-1/2/L and BLEU of systems scored on the same documents."""
+    lines = [f"  {'':28s} {'ROUGE-1':>8s} {'ROUGE-2':>8s} {'ROUGE-L':>8s} {'BLEU':>7s}"]
+    for name, r in rows:
+        lines.append(f"  {name:28s} {r['rouge1']:8.2f} {r['rouge2']:8.2f} {r['rougeL']:8.2f} {r['bleu']:7.2f}")
+    return lines
 
 
 def compare(hyps: Sequence[str], other: Sequence[str], refs: Sequence[str], *, tokenize: str = "13a",
@@ -103,7 +185,8 @@ def write_nbest(path: Path, nbest: Sequence[Sequence[Scored]]) -> Path:
 
 
 def reference_perplexity(run: LoadedRun, sources: list[str], refs: list[str], max_tokens: int) -> float:
-    pairs = [(run.src_tok.encode(s), run.tgt_tok.encode(r)) for s, r in zip(sources, refs)]
+    max_src = run.cfg.data.max_src_len
+    pairs = [(truncate_source(run.src_tok.encode(s), max_src), run.tgt_tok.encode(r)) for s, r in zip(sources, refs)]
     nll, n = summed_nll(run.model, translation_batches(pairs, max_tokens), run.device)
     return mt.perplexity(nll, n)
 
@@ -131,7 +214,7 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
     tokenize = bleu_tokenizer(run.cfg.data.tgt_lang, tokenize)
     other = None if compare_with is None else read_lines(compare_with, "--compare")
     translated = translate_texts(run.model, run.src_tok, run.tgt_tok, sources, decode, n_best=n_best,
-                                 device=run.device)
+                                 device=run.device, max_src_len=run.cfg.data.max_src_len)
     hyps = translated if n_best == 1 else [entries[0].output for entries in translated]
     result = {}
     if out is not None:
@@ -195,8 +278,10 @@ def evaluate_test_split(trainer: RunTrainer) -> dict | None:
     run = LoadedRun(cfg, trainer.model.eval(), data.src_tok, data.tgt_tok, best, trainer.device)
     result = evaluate_pairs(run, [s for s, _ in test], [t for _, t in test], out=out)
     log.metrics("test", step, **result)
+    rouge = (f" ROUGE-1/2/L {result['rouge1']:.2f} / {result['rouge2']:.2f} / {result['rougeL']:.2f}"
+             if "rougeL" in result else "")
     log.info(f"test ({len(test)} sentences, {best.name}): BLEU {result['bleu']:.2f} chrF "
-             f"{result['chrf']:.2f} TER {result['ter']:.2f} ppl {result['ppl']:.2f}")
+             f"{result['chrf']:.2f} TER {result['ter']:.2f} ppl {result['ppl']:.2f}{rouge}")
     log.info(f"  {result['bleu_signature']}")
     log.info(f"  hypotheses in {out}")
     return result

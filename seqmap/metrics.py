@@ -209,3 +209,38 @@ def macro_f1(predicted: Sequence[int], gold: Sequence[int], n_classes: int) -> f
             continue  # the class occurs nowhere: not part of the mean
         scores.append(0.0 if tp == 0 else 2 * tp / (gold_c + predicted_c))
     return 100.0 * sum(scores) / len(scores)
+
+
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")  # unigram, bigram, longest common subsequence (summary-level L: no)
+ROUGE_INSTALL_HINT = "ROUGE needs the rouge-score package: pip install rouge-score (a dependency of seqmap)"
+
+
+def rouge(hyps: Sequence[str], refs: Sequence[str], stemmer: bool = True) -> dict[str, Score]:
+    """Mean sentence ROUGE-1/2/L F1 (0-100) with Google's ``rouge-score`` (the reference implementation).
+
+    ``rouge-score`` lowercases, keeps ``[a-z0-9]`` tokens and (``stemmer=True``) applies the Porter
+    stemmer; a non-Latin text therefore scores 0. ROUGE-L is the sentence-level LCS (``rougeL``,
+    not ``rougeLsum``). The signature records the options, as sacreBLEU's does.
+    """
+    if isinstance(hyps, str) or isinstance(refs, str):
+        raise TypeError("hyps and refs must be lists of texts, not a single string")
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
+    if not hyps:
+        raise ValueError("no hypotheses to score")
+    try:
+        from rouge_score import rouge_scorer
+    except ImportError:
+        raise ImportError(ROUGE_INSTALL_HINT) from None
+    from importlib.metadata import version
+
+    scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=stemmer)
+    totals = dict.fromkeys(ROUGE_TYPES, 0.0)
+    for hyp, ref in zip(hyps, refs):
+        scores = scorer.score(ref, hyp)  # (target, prediction)
+        for name in ROUGE_TYPES:
+            totals[name] += scores[name].fmeasure
+    signature = f"rouge-score:{version('rouge-score')}|f1|stem:{'yes' if stemmer else 'no'}|mean:sentences"
+    return {name: Score(100.0 * total / len(hyps), signature, {"sentences": len(hyps)},
+                        name.replace("rouge", "ROUGE-"))
+            for name, total in totals.items()}

@@ -131,3 +131,33 @@ def test_word_error_rate_sums_errors_over_the_set():
     assert out["wer"] == pytest.approx(100 * 3 / 7) and out["string_accuracy"] == pytest.approx(100 / 3)
     with pytest.raises(ValueError, match="2 outputs for 1 references"):
         word_error_rate(["a", "b"], ["a"])
+def test_rouge_matches_rouge_score_on_fixed_strings():
+    from rouge_score import rouge_scorer
+
+    from seqmap.metrics import rouge
+
+    hyps = ["Python bindings for the GTK toolkit", "library for reading PNG images", "tools"]
+    refs = ["Python 3 bindings for GTK", "PNG image reading library (development files)", "command-line tools"]
+    scores = rouge(hyps, refs)
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
+    for name in ("rouge1", "rouge2", "rougeL"):
+        expected = 100 * sum(scorer.score(r, h)[name].fmeasure for h, r in zip(hyps, refs)) / len(hyps)
+        assert scores[name].value == pytest.approx(expected)
+        assert "stem:yes" in scores[name].signature and "f1" in scores[name].signature
+    # golden values by hand: "the cat sat" vs "the cat ran": 2 of 3 unigrams, 1 of 2 bigrams, LCS 2
+    hand = rouge(["the cat sat"], ["the cat ran"])
+    assert hand["rouge1"].value == pytest.approx(200 / 3)
+    assert hand["rouge2"].value == pytest.approx(50.0)
+    assert hand["rougeL"].value == pytest.approx(200 / 3)
+    # stemming: "images" and "image" are one word
+    assert rouge(["images"], ["image"])["rouge1"].value == pytest.approx(100.0)
+    assert rouge(["images"], ["image"], stemmer=False)["rouge1"].value == 0.0
+
+
+def test_rouge_reference_checks():
+    from seqmap.metrics import rouge
+
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        rouge(["a", "b"], ["a"])
+    with pytest.raises(TypeError):
+        rouge("a b", "a b")

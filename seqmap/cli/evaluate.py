@@ -1,11 +1,12 @@
-"""``seqmap evaluate RUN_DIR --src FILE --ref FILE``: sacreBLEU BLEU, chrF, TER and the reference perplexity."""
+"""``seqmap evaluate RUN_DIR --src FILE --ref FILE``: BLEU, chrF, TER, ROUGE (+ summary baselines), perplexity."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from seqmap.cli.common import UserError, decode_config, load, load_run_graph, run_parser
+from seqmap.cli.common import UserError, decode_config, load, run_parser
+from seqmap.cli.evaluate_tasks import evaluate_task
 
 
 def add_parser(commands) -> None:
@@ -30,6 +31,11 @@ def add_parser(commands) -> None:
     evaluate.add_argument("--no-baseline", action="store_true",
                           help="a classifier: skip the TF-IDF + logistic regression baseline (fitted on the run's "
                                "training rows, scored on the same --data rows)")
+    evaluate.add_argument("--lead", nargs="?", type=int, const=0, metavar="WORDS", help="summaries: also score the "
+                          "lead baseline (each document's first sentence, cut to WORDS words; default: the median "
+                          "word count of the run's training targets) on the same documents")
+    evaluate.add_argument("--baseline-run", metavar="RUN_DIR", help="summaries: also decode and score another run "
+                          "(e.g. without copying) on the same --src/--ref, in one table")
     evaluate.add_argument("--out", help="where to write the hypotheses (default: RUN_DIR/eval/SRC.hyp)")
     evaluate.add_argument("--nbest", type=int, default=1, help="also write N-best lists to OUT.nbest")
     evaluate.add_argument("--tokenize", help="sacreBLEU tokenizer (default: zh for Chinese targets, else 13a)")
@@ -42,21 +48,21 @@ def add_parser(commands) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from seqmap.evaluation import evaluate_files
+    from seqmap.data.corpus import read_lines
+    from seqmap.evaluation import check_documents, evaluate_files, rouge_line
 
     run = load(args)
-    if run.cfg.data.task == "graph":
-        return _evaluate_graph(run, args)
-    if run.cfg.data.task == "speech":
-        return _evaluate_speech(run, args)
-    if run.cfg.data.task in ("classification", "image"):
-        return _evaluate_classifier(run, args)
+    if run.cfg.data.task in ("graph", "speech", "classification", "image"):
+        return evaluate_task(run, args)
     if args.src is None or args.ref is None:
         raise UserError("a translation run is evaluated on --src FILE and --ref FILE")
     if run.src_tok is None:
         raise UserError(f"{args.run_dir} is a language model; evaluate needs a translation run")
     out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")
+    summarize = args.lead is not None or args.baseline_run is not None
     try:
+        if summarize:
+            check_documents(read_lines(args.src, "--src"))
         result = evaluate_files(run, args.src, args.ref, decode_config(run, args), out, n_best=args.nbest,
                                 tokenize=args.tokenize, compare_with=args.compare, tok_ref=args.tok_ref)
     except ValueError as e:  # a bad --tokenize, --nbest beyond the beam, hypotheses of another length
@@ -64,6 +70,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"BLEU = {result['bleu']:.2f}   {result['bleu_signature']}")
     print(f"chrF = {result['chrf']:.2f}   {result['chrf_signature']}")
     print(f"TER  = {result['ter']:.2f}   {result['ter_signature']}")
+    if "rougeL" in result:
+        print(rouge_line(result))
     if "bleu_lc_tok" in result:
         print(f"BLEU (tokenized, lowercased) = {result['bleu_lc_tok']:.2f}   {result['bleu_lc_tok_signature']}")
     print(f"reference perplexity = {result['ppl']:.2f}")
@@ -74,76 +82,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         c = result["compare"]
         print(f"paired bootstrap against {args.compare}: BLEU {c['bleu']:.2f} vs {c['other_bleu']:.2f}, "
               f"p = {c['p_value']:.4f}   {c['signature']}")
+    if summarize:
+        _print_baselines(run, args, result)
     return 0
 
 
-def _has_training_rows(d) -> bool:
-    """Whether the run names its training data (an imported classifier does not: no baseline to fit then)."""
-    return any(x is not None for x in (d.train, d.train_src, d.dataset))
+def _print_baselines(run, args: argparse.Namespace, result: dict) -> None:
+    """The lead baseline and/or another run on the same documents, in one table with this run."""
+    from seqmap.evaluation import summary_baselines, summary_table
 
-
-def _evaluate_classifier(run, args: argparse.Namespace) -> int:
-    from seqmap.evaluation import evaluate_classifier, evaluate_images
-
-    images = run.cfg.data.task == "image"
-    if args.data is None:
-        what = "PATH (an .npz, or a folder of class sub-folders)" if images else "FILE (a TSV of text<TAB>label)"
-        raise UserError(f"{args.run_dir} is {'an image' if images else 'a'} classifier: evaluate it on --data {what}")
-    from seqmap.evaluation import comparison_table
-    from seqmap.models.tfidf import MissingBaselineDependency
-
-    d = run.cfg.data
+    other = load(argparse.Namespace(**{**vars(args), "run_dir": args.baseline_run})) if args.baseline_run else None
     try:
-        result = (evaluate_images(run, args.data, batch_size=run.cfg.train.batch_size) if images else
-                  evaluate_classifier(run, args.data, text_column=d.src_column, label_column=d.tgt_column,
-                                      max_tokens=run.cfg.train.max_tokens,
-                                      baseline=not args.no_baseline and _has_training_rows(d)))
-    except MissingBaselineDependency as e:
-        raise UserError(f"{e} (or pass --no-baseline)") from None
-    except ValueError as e:  # a label outside the classes, a malformed row, an empty file, a missing data.train
+        rows = summary_baselines(run, args.src, args.ref, result, lead_words=args.lead, other=other,
+                                 other_decode=None if other is None else decode_config(other, args))
+    except (OSError, ValueError) as e:  # no ROUGE for the language, unreadable data.train, --lead below 0
         raise UserError(str(e)) from None
-    print(f"accuracy = {result['accuracy']:.2f}   macro-F1 = {result['macro_f1']:.2f}   loss = {result['loss']:.4f}"
-          f"   ({result['examples']} examples, {len(run.labels)} classes)")
-    if "baseline" in result:
-        print(f"the same {result['examples']} rows (baseline fitted on {d.train}):")
-        print("\n".join(comparison_table(result, result["baseline"])))
-    if args.confusion:
-        from seqmap.visualize import plot_confusion
-
-        plot_confusion(result["confusion"], run.labels.names, args.confusion,
-                       title=f"{Path(args.data).name}: accuracy {result['accuracy']:.1f}%")
-        print(f"confusion matrix written to {args.confusion}")
-    return 0
-
-
-def _evaluate_graph(run, args: argparse.Namespace) -> int:
-    from seqmap.evaluation import evaluate_graph
-
-    data = load_run_graph(run, args.data)
-    try:
-        result = evaluate_graph(run, data, args.split)
-    except ValueError as e:  # another graph's sizes, an empty split
-        raise UserError(str(e)) from None
-    print(f"accuracy = {result['accuracy']:.2f}   macro-F1 = {result['macro_f1']:.2f}   loss = {result['loss']:.4f}"
-          f"   ({result['examples']} {args.split} nodes of {data.graph.name}, {data.graph.num_classes} classes)")
-    if args.confusion:
-        from seqmap.visualize import plot_confusion
-
-        plot_confusion(result["confusion"], data.class_names, args.confusion,
-                       title=f"{data.graph.name} {args.split} nodes: accuracy {result['accuracy']:.1f}%")
-        print(f"confusion matrix written to {args.confusion}")
-    return 0
-
-
-def _evaluate_speech(run, args: argparse.Namespace) -> int:
-    from seqmap.speech_evaluation import evaluate_utterances, result_lines, test_utterances
-
-    utterances = test_utterances(run, args.data)
-    if utterances is None:
-        raise UserError(f"{args.run_dir} names no test recordings; give them with --data FILE (.npz or .tsv)")
-    out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / "test.hyp"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    result = evaluate_utterances(run, utterances, decode_config(run, args), out=out)
-    print("\n".join([*result_lines(result, tuple(run.cfg.data.exclude_speakers)),
-                     f"transcripts (reference, hypothesis, speaker) written to {out}"]))
-    return 0
+    print(f"the same {result['sentences']} documents ({result['rouge_signature']}):", *summary_table(rows), sep="\n")

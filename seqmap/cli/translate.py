@@ -30,6 +30,7 @@ def add_parser(commands) -> None:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
+    from seqmap.data.pipeline import truncate_source
     from seqmap.decoding.text import translate_nbest
 
     run = load(args)
@@ -44,8 +45,9 @@ def cmd_translate(args: argparse.Namespace) -> int:
     texts = _read_inputs(args)
     decode = decode_config(run, args)
     prefixes = None if args.prefix is None else [run.tgt_tok.encode(args.prefix)] * len(texts)
+    sources = [truncate_source(run.src_tok.encode(t), run.cfg.data.max_src_len) for t in texts]
     try:
-        nbest = translate_nbest(run.model, [run.src_tok.encode(t) for t in texts], decode, n_best=args.nbest,
+        nbest = translate_nbest(run.model, sources, decode, n_best=args.nbest,
                                 prefixes=prefixes, sample=args.sample, seed=args.seed, device=run.device)
     except ValueError as e:  # e.g. --nbest larger than the beam
         raise UserError(str(e)) from None

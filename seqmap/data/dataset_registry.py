@@ -22,7 +22,12 @@ from seqmap.data.bundled_corpora import (
     tatoeba_row_splits,
 )
 from seqmap.data.dataset_files import DatasetError, SourceFile, write_file, write_lines
-from seqmap.data.debian import build_descriptions, descriptions_tsv, write_classification_splits
+from seqmap.data.debian import (
+    build_descriptions,
+    descriptions_tsv,
+    write_classification_splits,
+    write_summary_splits,
+)
 from seqmap.data.fsdd import FSDD_ARCHIVE, FSDD_ARRAYS_SHA256, build_npz
 from seqmap.data.graphs import PLANETOID_SHA256
 from seqmap.data.planetoid import PLANETOID_PARTS, verified_planetoid_npz
@@ -120,7 +125,9 @@ def _planetoid(name: str, description: str, license_: str) -> Dataset:
 _PLANETOID_LICENSE = ("LINQS data (Sen et al. 2008), no separate license; the Planetoid split and files (Yang et al. "
                       "2016) from kimiyoung/planetoid, MIT License, (c) 2016 Zhilin Yang. Cite both.")
 def _write_debian(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> list[str]:
-    return write_classification_splits(contents["descriptions.tsv.gz"], dest)
+    """train/valid/test.tsv (text -> section) and summary_{train,valid,test}.tsv (description -> synopsis)."""
+    tsv = contents["descriptions.tsv.gz"]
+    return write_classification_splits(tsv, dest) + write_summary_splits(tsv, dest)
 
 
 def _build_fsdd(raw: dict[str, bytes]) -> dict[str, bytes]:
@@ -189,8 +196,8 @@ DATASETS: dict[str, Dataset] = {
     for d in (
         Dataset(
             name="debian-descriptions",
-            description="Debian 12 package descriptions -> section, for classification (57,540 / 1,254 / 1,405 "
-            "rows, 58 sections; split by source package)",
+            description="Debian 12 package descriptions -> section (classification) and -> synopsis "
+            "(summarization, summary_*.tsv): 57,540 / 1,254 / 1,405 rows, 58 sections; split by source package",
             license="No single license: each description belongs to its Debian package and is covered by that "
             "package's license (all DFSG-free, redistributable; some require attribution).",
             base_url=_DEBIAN_SNAPSHOT,

@@ -21,7 +21,9 @@ The recipe (the same as ``/work/shared/data/README.md`` section 9 states):
 
 For classification (:func:`classification_rows`) a row's text is its synopsis and its long
 description, paragraph markers replaced by a space (see :func:`classification_text`), and its label
-the section. The package name is left out on purpose: Debian's naming rules (``python3-*``,
+the section. For summarization (:func:`summary_rows`) a row is the long description (its `` <p> ``
+markers kept: the lead baseline reads the first paragraph) and the synopsis. The package name is left
+out of both on purpose: Debian's naming rules (``python3-*``,
 ``lib*-dev``, ``golang-*``, ``librust-*``) give the section away for most packages, and the
 task is to read the description.
 """
@@ -181,4 +183,27 @@ def write_classification_splits(tsv: bytes, dest: Path) -> list[str]:
     for split, rows in splits.items():
         write_lines(dest / f"{split}.tsv", ["\t".join(row) for row in rows])
         written.append(f"{split}.tsv")
+    return written
+
+
+def summary_rows(rows: list[dict[str, str]]) -> dict[str, list[tuple[str, str, str]]]:
+    """(description, synopsis, package) per split, in file order: the summarization pairs (about 45 words -> 7).
+
+    The description keeps its `` <p> `` paragraph markers; every row is kept, however long (a run says
+    what it does with long sources: ``data.max_src_len``).
+    """
+    out: dict[str, list[tuple[str, str, str]]] = {split: [] for split in SPLITS}
+    for row in rows:
+        if row["split"] not in out:
+            raise DatasetError(f"package {row['package']}: split {row['split']!r} is not one of {', '.join(SPLITS)}")
+        out[row["split"]].append((row["description"], row["synopsis"], row["package"]))
+    return out
+
+
+def write_summary_splits(tsv: bytes, dest: Path) -> list[str]:
+    """``dest/summary_{train,valid,test}.tsv``: description<TAB>synopsis<TAB>package lines (no header)."""
+    written = []
+    for split, rows in summary_rows(read_descriptions(tsv.decode("utf-8"))).items():
+        write_lines(dest / f"summary_{split}.tsv", ["\t".join(row) for row in rows])
+        written.append(f"summary_{split}.tsv")
     return written

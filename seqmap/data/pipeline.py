@@ -163,11 +163,31 @@ def tokenizers_for(cfg: DataConfig, src_texts: list[str], tgt_texts: list[str],
 
 # -- putting it together ----------------------------------------------------------------
 
-def _encode_and_filter(name: str, pairs: Pairs, src_tok, tgt_tok, cfg: DataConfig, cache: Path):
-    """Token ids of the pairs (cached), then drop empty and over-long pairs, counting them."""
+def truncate_source(ids: list[int], max_src_len: int) -> list[int]:
+    """A source's token ids as a translation run reads them: its first ``data.max_src_len`` (0: all of them).
+
+    Training, validation, ``evaluate`` and ``translate`` all truncate through here, so a long source is
+    read alike everywhere and never dropped.
+    """
+    return ids[:max_src_len] if max_src_len > 0 else ids
+
+
+def _encode_and_filter(name: str, pairs: Pairs, src_tok, tgt_tok, cfg: DataConfig, cache: Path,
+                       log: Callable[[str], None] = print):
+    """Token ids of the pairs (cached), then drop empty and over-long pairs, counting them.
+
+    With ``data.max_src_len`` > 0 only the target counts against ``data.max_len``, and sources longer
+    than ``max_src_len`` are truncated and counted in the log instead of dropped.
+    """
     ids_of = dict(zip(pairs, cached_encode(pairs, (src_tok, tgt_tok), cache, name=name)))  # same text, same ids
-    kept, report = filter_pairs(pairs, cfg.max_len, lengths=lambda s, t: tuple(map(len, ids_of[(s, t)])))
-    return [ids_of[p] for p in kept], kept, report
+    if cfg.max_src_len <= 0:
+        kept, report = filter_pairs(pairs, cfg.max_len, lengths=lambda s, t: tuple(map(len, ids_of[(s, t)])))
+        return [ids_of[p] for p in kept], kept, report
+    kept, report = filter_pairs(pairs, cfg.max_len, lengths=lambda s, t: (0, len(ids_of[(s, t)][1])))
+    long = [len(ids_of[p][0]) for p in kept if len(ids_of[p][0]) > cfg.max_src_len]
+    log(f"{name}: {len(long)} of {len(kept)} sources longer than data.max_src_len={cfg.max_src_len} tokens "
+        f"(longest {max(long, default=0)}), truncated to their first {cfg.max_src_len}")
+    return [(truncate_source(ids_of[p][0], cfg.max_src_len), ids_of[p][1]) for p in kept], kept, report
 
 
 def _with_lexicon(cfg: DataConfig, train: Pairs, log: Callable[[str], None]) -> Pairs:
@@ -187,8 +207,8 @@ def load_translation(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] 
     src_tok, tgt_tok = tokenizers_for(cfg, [s for s, _ in texts["train"]], [t for _, t in texts["train"]],
                                       run_dir, log)
     cache = run_dir / "cache"
-    train, _, train_report = _encode_and_filter("train", texts["train"], src_tok, tgt_tok, cfg, cache)
-    valid, valid_text, valid_report = _encode_and_filter("valid", texts["valid"], src_tok, tgt_tok, cfg, cache)
+    train, _, train_report = _encode_and_filter("train", texts["train"], src_tok, tgt_tok, cfg, cache, log)
+    valid, valid_text, valid_report = _encode_and_filter("valid", texts["valid"], src_tok, tgt_tok, cfg, cache, log)
     for name, report in (("train", train_report), ("valid", valid_report)):
         log(report.summary(name))
     if not train:

@@ -174,12 +174,13 @@ def translate_ids(model, sources: Sequence[Sequence[int]], decode: DecodeConfig 
 
 def translate_texts(model, src_tok: Tokenizer, tgt_tok: Tokenizer, texts: Sequence[str],
                     decode: DecodeConfig | None = None, *, n_best: int = 1, prefix: str | Sequence[str] | None = None,
-                    sample: bool = False, seed: int = 0, device: torch.device | str = "cpu",
+                    sample: bool = False, seed: int = 0, device: torch.device | str = "cpu", max_src_len: int = 0,
                     **overrides) -> list[str] | list[list[Scored]]:
     """Translate sentences; n-best lists of ``Scored`` texts when ``n_best > 1``.
 
     ``prefix``: target text every translation starts with (one string for all,
-    or one per sentence); it is part of the returned translation. Other
+    or one per sentence); it is part of the returned translation. ``max_src_len`` > 0
+    reads only each source's first that many tokens (the run's ``data.max_src_len``). Other
     arguments as for ``translate_ids``.
     """
     decode = resolve_config(decode, overrides)
@@ -187,7 +188,8 @@ def translate_texts(model, src_tok: Tokenizer, tgt_tok: Tokenizer, texts: Sequen
     if prefix is not None:
         prefix = [prefix] * len(texts) if isinstance(prefix, str) else list(prefix)
         prefixes = [tgt_tok.encode(p) for p in prefix]
-    nbest = translate_nbest(model, [src_tok.encode(t) for t in texts], decode, n_best=n_best, prefixes=prefixes,
+    sources = [src_tok.encode(t)[:max_src_len] if max_src_len > 0 else src_tok.encode(t) for t in texts]
+    nbest = translate_nbest(model, sources, decode, n_best=n_best, prefixes=prefixes,
                             sample=sample, seed=seed, device=device)
     if n_best == 1:
         return [tgt_tok.decode(entries[0].output) for entries in nbest]

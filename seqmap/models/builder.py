@@ -10,6 +10,7 @@ from __future__ import annotations
 from torch import nn
 
 from seqmap.config import ConfigError, ModelConfig
+from seqmap.data.tokenizer_base import UNK
 from seqmap.models.classifier import TransformerClassifier
 from seqmap.models.gat import GAT
 from seqmap.models.lm import DecoderOnlyLM
@@ -18,6 +19,7 @@ from seqmap.models.speech import SpeechTransformer
 from seqmap.models.transformer import Transformer, TransformerDecoder, TransformerEncoder
 from seqmap.nn.audio import AudioFrontEnd
 from seqmap.nn.conformer import ConformerLayer, ConvModule
+from seqmap.nn.copy import CopyHead
 from seqmap.nn.layers import DecoderLayer, EncoderLayer, FeedForward, TokenEmbedding, make_norm
 from seqmap.nn.multihead import MultiHeadAttention
 from seqmap.nn.patches import PatchEmbedding
@@ -116,7 +118,7 @@ def build_transformer(cfg: ModelConfig) -> Transformer:
         tgt_embedding, _positional(cfg, causal=True),
         [_decoder_layer(cfg) for _ in range(cfg.dec_layers)], _final_norm(cfg),
         _output(cfg, tgt_embedding), cfg.dropout)
-    model = Transformer(encoder, decoder)
+    model = Transformer(encoder, decoder, CopyHead(cfg.d_model) if cfg.copy else None, unk_id=UNK)
     _init_linears(model)
     return model
 
@@ -177,6 +179,8 @@ def build_vit(cfg: ModelConfig) -> TransformerClassifier:
     return model
 def build_speech(cfg: ModelConfig) -> SpeechTransformer:
     """The Transformer encoder-decoder over audio frames (Conformer encoder blocks with ``cfg.conformer``)."""
+    if cfg.copy:
+        raise ConfigError("model.copy=true copies source tokens, and a speech model's source is audio; remove it")
     if cfg.sample_rate <= 0:
         raise ConfigError("model.sample_rate must be set (> 0): the audio's rate in Hz (set by `seqmap train`)")
     n_fft, hop = round(cfg.sample_rate * cfg.window_ms / 1000), round(cfg.sample_rate * cfg.hop_ms / 1000)

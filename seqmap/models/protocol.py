@@ -54,11 +54,14 @@ class Memory:
         final: encoder summary used to initialise an RNN decoder (a tensor or a
             tuple of tensors with batch on dim 1, as torch's RNNs lay out hidden
             states), or None.
+        tokens: (B, S) the source ids, kept by a model that copies from its source
+            (pointer-generator), or None.
     """
 
     states: Tensor | None = None
     mask: Tensor | None = None
     final: Any = None
+    tokens: Tensor | None = None
 
     def index_select(self, index: Tensor) -> Memory:
         """Rows ``index`` of the batch (repeat a source per beam, drop finished rows)."""
@@ -66,6 +69,7 @@ class Memory:
             states=map_tensors(lambda t: t.index_select(0, index), self.states),
             mask=map_tensors(lambda t: t.index_select(0, index), self.mask),
             final=map_tensors(lambda t: t.index_select(1, index), self.final),
+            tokens=map_tensors(lambda t: t.index_select(0, index), self.tokens),
         )
 
 

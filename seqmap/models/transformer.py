@@ -3,6 +3,10 @@
     src (B, S) -> TransformerEncoder -> memory (B, S, D)
     tgt (B, T) + memory -> TransformerDecoder -> logits (B, T, V)
 
+With a ``CopyHead`` (``model.copy: true``, a pointer-generator, ``seqmap.nn.copy``) the outputs are
+log-probabilities of the mixed generate/copy distribution over V (+ the source's out-of-vocabulary
+ids) in the place of logits; ids >= V (copied OOVs) are read as UNK by both embeddings.
+
 Stacks receive ready parts (embedding, positional scheme, layers, final norm,
 output projection); ``seqmap.models.builder`` wires them from a config.
 """
@@ -16,6 +20,7 @@ from torch import Tensor, nn
 
 from seqmap.models.protocol import Memory
 from seqmap.nn.attention import key_mask
+from seqmap.nn.copy import CopyHead, mix_copy
 from seqmap.nn.dropout import Dropout
 from seqmap.nn.layers import DecoderLayer, EncoderLayer, TokenEmbedding
 from seqmap.nn.multihead import KVCache
@@ -69,6 +74,7 @@ class TransformerState:
     memory_kv: list[tuple[Tensor, Tensor]]
     memory_mask: Tensor | None  # (B, 1, 1, S)
     position: int = 0
+    copy_keys: Tensor | None = None  # (B, S, D) keys of the copy attention (pointer-generator), else None
 
     def reorder(self, index: Tensor, *, same_sources: bool = False) -> None:
         """Keep batch rows ``index`` (B',) in that order (in place).
@@ -85,6 +91,8 @@ class TransformerState:
         self.memory_kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory_kv]
         if self.memory_mask is not None:
             self.memory_mask = self.memory_mask.index_select(0, index)
+        if self.copy_keys is not None:
+            self.copy_keys = self.copy_keys.index_select(0, index)
 
 
 class TransformerDecoder(nn.Module):
@@ -141,15 +149,30 @@ class TransformerDecoder(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer implementing ``encode`` / ``decode_step`` / ``forward``."""
+    """Encoder-decoder Transformer implementing ``encode`` / ``decode_step`` / ``forward``.
 
-    def __init__(self, encoder: TransformerEncoder, decoder: TransformerDecoder):
+    ``copy``: a pointer-generator's copy head (outputs become log-probabilities, see the module
+    docstring); ``unk_id``: the id that source and target ids beyond the vocabulary are embedded as.
+    """
+
+    def __init__(self, encoder: TransformerEncoder, decoder: TransformerDecoder, copy: CopyHead | None = None,
+                 unk_id: int = 3):
         super().__init__()
         self.encoder, self.decoder = encoder, decoder
+        self.copy, self.unk_id = copy, unk_id
+
+    def _in_vocab(self, ids: Tensor, embedding: TokenEmbedding) -> Tensor:
+        """Extended ids (copied OOVs, >= V) -> UNK, so that an embedding can read them."""
+        return ids if self.copy is None else ids.masked_fill(ids >= embedding.table.num_embeddings, self.unk_id)
 
     def encode(self, src: Tensor, src_mask: Tensor | None) -> Memory:
-        states, _ = self.encoder(src, src_mask)
-        return Memory(states=states, mask=src_mask)
+        states, _ = self.encoder(self._in_vocab(src, self.encoder.embedding), src_mask)
+        return Memory(states=states, mask=src_mask, tokens=None if self.copy is None else src)
+
+    def _copy_output(self, features: Tensor, inputs: Tensor, memory: Memory, keys: Tensor) -> Tensor:
+        """Decoder features (B, t, D) and its input ids (B, t) -> log P of the mixed distribution (B, t, V_ext)."""
+        weights, p_gen = self.copy(features, self.decoder.embedding(inputs), memory.states, keys, memory.mask)
+        return mix_copy(self.decoder.output(features), weights, memory.tokens, p_gen)
 
     def encoder_attention(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
         """Encoder self-attention weights (B, L, H, S, S), for plots."""
@@ -164,18 +187,31 @@ class Transformer(nn.Module):
     def decode_step(self, tokens: Tensor, memory: Memory, state: TransformerState | None = None, *,
                     need_attention: bool = False) -> tuple[Tensor, TransformerState, Tensor | None]:
         state = self.decoder.init_state(memory) if state is None else state
-        logits, attention = self.decoder(tokens, memory, state, need_attention)
-        return logits, state, attention
+        if self.copy is None:
+            logits, attention = self.decoder(tokens, memory, state, need_attention)
+            return logits, state, attention
+        if state.copy_keys is None:
+            state.copy_keys = self.copy.project_memory(memory.states)
+        inputs = self._in_vocab(tokens, self.decoder.embedding)
+        features, attention = self.decoder(inputs, memory, state, need_attention, features=True)
+        return self._copy_output(features, inputs, memory, state.copy_keys), state, attention
 
     @property
-    def output_layer(self) -> nn.Linear:
-        """The Linear that turns ``forward(..., features=True)`` into logits."""
-        return self.decoder.output
+    def output_layer(self) -> nn.Linear | None:
+        """The Linear that turns ``forward(..., features=True)`` into logits (None with a copy head: its
+        output mixes in the copy distribution, so the trainer scores ``forward``'s log-probabilities)."""
+        return self.decoder.output if self.copy is None else None
 
     def forward(self, src: Tensor, src_mask: Tensor | None, tgt: Tensor, *, features: bool = False) -> Tensor:
         """Teacher forcing: tgt (B, T) are the decoder inputs (BOS + target[:-1]) -> logits (B, T, V).
 
         ``features=True``: the final hidden states (B, T, D) instead, for ``output_nll``.
+        With a copy head: log-probabilities (B, T, V_ext) of the mixed distribution.
         """
-        out, _ = self.decoder(tgt, self.encode(src, src_mask), features=features)
-        return out
+        memory = self.encode(src, src_mask)
+        if self.copy is None:
+            out, _ = self.decoder(tgt, memory, features=features)
+            return out
+        inputs = self._in_vocab(tgt, self.decoder.embedding)
+        x, _ = self.decoder(inputs, memory, features=True)
+        return x if features else self._copy_output(x, inputs, memory, self.copy.project_memory(memory.states))

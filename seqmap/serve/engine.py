@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from seqmap.config import DecodeConfig, to_dict
+from seqmap.data.pipeline import truncate_source
 from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD
 from seqmap.decoding.align import forced_attention
 from seqmap.decoding.greedy import decode_loop, pick_best
@@ -115,7 +116,8 @@ class Engine:
     def check_attention_size(self, texts: list[str]) -> None:
         """Refuse (422, field ``attention``) a /translate request whose attention could pass the limit."""
         d = self.decode
-        sources = [max(len(self.run.src_tok.encode(t)), 1) for t in texts]
+        sources = [max(len(truncate_source(self.run.src_tok.encode(t), self.run.cfg.data.max_src_len)), 1)
+                   for t in texts]
         bound = self.attention_bound(sources, [int(d.max_len_a * s + d.max_len_b) for s in sources])
         self._refuse_over(bound, "send fewer or shorter texts, or attention=false")
 
@@ -142,7 +144,7 @@ class Engine:
         run = self.run
         decode = resolve_config(self.decode, {"beam_size": beam, "length_penalty": penalty})
         texts = [t for job in jobs for t in job.texts]
-        sources = [run.src_tok.encode(t) for t in texts]
+        sources = [truncate_source(run.src_tok.encode(t), run.cfg.data.max_src_len) for t in texts]
         nbest = translate_nbest(run.model, sources, decode, n_best=n_best, device=run.device)
         out, i = [], 0
         for job in jobs:

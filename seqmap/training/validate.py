@@ -181,8 +181,11 @@ def _decode_and_score(model, data, cfg: RunConfig, device, log) -> dict:
     bleu, chrf = mt.bleu(hyps, refs, tokenize=tok), mt.chrf(hyps, refs)
     for (src, ref), hyp in list(zip(data.valid_text, hyps))[: cfg.train.valid_examples]:
         log(f"  source     {src}\n           reference  {ref}\n           hypothesis {hyp}")
-    return {"bleu": bleu.value, "chrf": chrf.value, "bleu_signature": bleu.signature,
-            "chrf_signature": chrf.signature}
+    out = {"bleu": bleu.value, "chrf": chrf.value, "bleu_signature": bleu.signature,
+           "chrf_signature": chrf.signature}
+    if tok != "zh":  # rouge-score reads [a-z0-9] words only: Chinese would score 0
+        out.update({name: score.value for name, score in mt.rouge(hyps, refs).items()})
+    return out
 
 
 

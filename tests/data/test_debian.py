@@ -172,6 +172,11 @@ def test_download_rebuilds_the_tsv_from_the_index_files(tmp_path, monkeypatch):
     assert (dest / "source" / "descriptions.tsv").read_bytes() == expected
     lines = {split: (dest / f"{split}.tsv").read_text().splitlines() for split in ("train", "valid", "test")}
     assert sorted(line.split("\t")[2] for split in lines.values() for line in split) == ["alpha-lib", "zeta-tool"]
+    summaries = [line.split("\t") for s in ("train", "valid", "test")
+                 for line in (dest / f"summary_{s}.tsv").read_text().splitlines()]
+    rows = {r["package"]: r for r in read_descriptions(expected.decode())}
+    assert sorted(summaries, key=lambda r: r[2]) == [[rows[p]["description"], rows[p]["synopsis"], p]
+                                                     for p in ("alpha-lib", "zeta-tool")]
     assert "snapshot.debian.org" in (dest / "README.txt").read_text()
     # a recipe that does not reproduce the published file is a checksum error, and nothing is prepared
     root, wrong = _mirror(tmp_path / "b", TRANSLATION_EN, PACKAGES, "0" * 64)
@@ -209,6 +214,11 @@ def test_prepare_from_the_local_copy(tmp_path):
     assert len(sections) == 58
     assert sections.most_common(3) == [("libs", 6376), ("libdevel", 4906), ("python", 4490)]
     assert all(len(row) == 3 and "<p>" not in row[0] for rows in splits.values() for row in rows)
+    summaries = {s: [line.split("\t") for line in (dest / f"summary_{s}.tsv").read_text().splitlines()]
+                 for s in ("train", "valid", "test")}
+    assert {s: len(rows) for s, rows in summaries.items()} == {"train": 57540, "valid": 1254, "test": 1405}
+    assert [row[2] for row in summaries["test"]] == [row[2] for row in splits["test"]]  # the same rows, in order
+    assert sum(" <p> " in row[0] for rows in summaries.values() for row in rows) == 43240  # README section 9
     rows = read_descriptions(gzip.decompress((LOCAL_COPY / "descriptions.tsv.gz").read_bytes()).decode())
     assert all(r["split"] == split_of(r["source_package"]) for r in rows)
     assert min(word_count(r["description"]) for r in rows) >= 10

@@ -1,0 +1,90 @@
+"""``seqmap evaluate`` for the runs that are not translation: classifiers (text, images), graphs, speech."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from seqmap.cli.common import UserError, decode_config, load_run_graph
+
+
+def evaluate_task(run, args: argparse.Namespace) -> int:
+    """Score ``run`` as its ``data.task`` says (``--data``, ``--split``, ``--confusion`` ...); print the result."""
+    task = run.cfg.data.task
+    if task == "graph":
+        return _evaluate_graph(run, args)
+    if task == "speech":
+        return _evaluate_speech(run, args)
+    return _evaluate_classifier(run, args)
+
+
+def _has_training_rows(d) -> bool:
+    """Whether the run names its training data (an imported classifier does not: no baseline to fit then)."""
+    return any(x is not None for x in (d.train, d.train_src, d.dataset))
+
+
+def _evaluate_classifier(run, args: argparse.Namespace) -> int:
+    from seqmap.evaluation import evaluate_classifier, evaluate_images
+
+    images = run.cfg.data.task == "image"
+    if args.data is None:
+        what = "PATH (an .npz, or a folder of class sub-folders)" if images else "FILE (a TSV of text<TAB>label)"
+        raise UserError(f"{args.run_dir} is {'an image' if images else 'a'} classifier: evaluate it on --data {what}")
+    from seqmap.evaluation import comparison_table
+    from seqmap.models.tfidf import MissingBaselineDependency
+
+    d = run.cfg.data
+    try:
+        result = (evaluate_images(run, args.data, batch_size=run.cfg.train.batch_size) if images else
+                  evaluate_classifier(run, args.data, text_column=d.src_column, label_column=d.tgt_column,
+                                      max_tokens=run.cfg.train.max_tokens,
+                                      baseline=not args.no_baseline and _has_training_rows(d)))
+    except MissingBaselineDependency as e:
+        raise UserError(f"{e} (or pass --no-baseline)") from None
+    except ValueError as e:  # a label outside the classes, a malformed row, an empty file, a missing data.train
+        raise UserError(str(e)) from None
+    print(f"accuracy = {result['accuracy']:.2f}   macro-F1 = {result['macro_f1']:.2f}   loss = {result['loss']:.4f}"
+          f"   ({result['examples']} examples, {len(run.labels)} classes)")
+    if "baseline" in result:
+        print(f"the same {result['examples']} rows (baseline fitted on {d.train}):")
+        print("\n".join(comparison_table(result, result["baseline"])))
+    if args.confusion:
+        from seqmap.visualize import plot_confusion
+
+        plot_confusion(result["confusion"], run.labels.names, args.confusion,
+                       title=f"{Path(args.data).name}: accuracy {result['accuracy']:.1f}%")
+        print(f"confusion matrix written to {args.confusion}")
+    return 0
+
+
+def _evaluate_graph(run, args: argparse.Namespace) -> int:
+    from seqmap.evaluation import evaluate_graph
+
+    data = load_run_graph(run, args.data)
+    try:
+        result = evaluate_graph(run, data, args.split)
+    except ValueError as e:  # another graph's sizes, an empty split
+        raise UserError(str(e)) from None
+    print(f"accuracy = {result['accuracy']:.2f}   macro-F1 = {result['macro_f1']:.2f}   loss = {result['loss']:.4f}"
+          f"   ({result['examples']} {args.split} nodes of {data.graph.name}, {data.graph.num_classes} classes)")
+    if args.confusion:
+        from seqmap.visualize import plot_confusion
+
+        plot_confusion(result["confusion"], data.class_names, args.confusion,
+                       title=f"{data.graph.name} {args.split} nodes: accuracy {result['accuracy']:.1f}%")
+        print(f"confusion matrix written to {args.confusion}")
+    return 0
+
+
+def _evaluate_speech(run, args: argparse.Namespace) -> int:
+    from seqmap.speech_evaluation import evaluate_utterances, result_lines, test_utterances
+
+    utterances = test_utterances(run, args.data)
+    if utterances is None:
+        raise UserError(f"{args.run_dir} names no test recordings; give them with --data FILE (.npz or .tsv)")
+    out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / "test.hyp"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = evaluate_utterances(run, utterances, decode_config(run, args), out=out)
+    print("\n".join([*result_lines(result, tuple(run.cfg.data.exclude_speakers)),
+                     f"transcripts (reference, hypothesis, speaker) written to {out}"]))
+    return 0
