@@ -62,6 +62,7 @@ from machine import cpu_name  # noqa: E402
 from seqmap.config import ModelConfig  # noqa: E402
 from seqmap.decoding.beam import beam_search  # noqa: E402
 from seqmap.decoding.greedy import greedy  # noqa: E402
+from seqmap.decoding.quantize import quantize  # noqa: E402
 from seqmap.models.builder import build_model  # noqa: E402
 
 MODEL = dict(d_model=256, n_heads=4, d_ff=1024, enc_layers=3, dec_layers=3, vocab=8000)
@@ -270,10 +271,11 @@ def make_runner(runtime: str, args, ct2_dir: str | None):
     torch.set_num_threads(args.threads)
     src = make_sources(args.sentences, args.src_len, args.seed)
     mask = torch.ones_like(src, dtype=torch.bool)  # True = real token; every sentence has the full length
-    if runtime == "ct2":
+    if runtime in ("ct2", "ct2_int8"):
         import ctranslate2
 
-        translator = ctranslate2.Translator(ct2_dir, device="cpu", compute_type="float32",
+        compute_type = "int8" if runtime == "ct2_int8" else "float32"
+        translator = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=compute_type,
                                             intra_threads=args.threads, inter_threads=1)
         words = vocabulary(MODEL["vocab"])
         ids = {w: i for i, w in enumerate(words)}
@@ -282,6 +284,9 @@ def make_runner(runtime: str, args, ct2_dir: str | None):
     model, cfg = build_seqmap(args.seed)
     if runtime == "seqmap":
         return lambda beam: seqmap_decode(model, src, mask, beam, args.new_tokens)
+    if runtime == "seqmap_int8":  # what `--quantize int8` gives translate, evaluate, generate and serve
+        int8 = quantize(model, "int8")
+        return lambda beam: seqmap_decode(int8, src, mask, beam, args.new_tokens)
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
@@ -312,7 +317,7 @@ class Runtimes:
     def __init__(self, args, ct2_dir: str):
         ctx = multiprocessing.get_context("spawn")
         self.conns, self.procs = {}, []
-        for runtime in ("seqmap", "hf", "ct2"):
+        for runtime in ("seqmap", "hf", "ct2", *(("seqmap_int8", "ct2_int8") if args.int8 else ())):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=serve, args=(child, runtime, args, ct2_dir), daemon=True)
             proc.start()
@@ -380,6 +385,8 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="smoke test: 8 sentences, 16 new tokens, 2 repeats")
     parser.add_argument("--profile", action="store_true", help="profile seqmap's decoding instead of timing")
+    parser.add_argument("--no-int8", dest="int8", action="store_false",
+                        help="skip the int8 rows (seqmap --quantize int8 vs CTranslate2 compute_type int8)")
     parser.add_argument("--json", type=Path, help="also write the rows to this file as a JSON list; "
                         "ratio_vs_X = seqmap tokens/s / X tokens/s (above 1: seqmap is faster)")
     args = parser.parse_args(argv)
@@ -408,6 +415,12 @@ def main(argv=None) -> None:
     for r in rows:
         print(f"{r['mode']:>7} {r['seqmap_tok_s']:>8.0f} {r['hf_tok_s']:>8.0f} {r['ct2_tok_s']:>8.0f} "
               f"{r['ratio_vs_hf']:>10.2f} {r['ratio_vs_ct2']:>11.2f}")
+    if args.int8:
+        print(f"\nint8 (seqmap --quantize int8 vs CTranslate2 compute_type int8); {cpu_name()}")
+        print(f"{'mode':>7} {'seqmap8':>8} {'CT2 int8':>8} {'ratio':>7} {'same as fp32':>13}")
+        for r in rows:
+            print(f"{r['mode']:>7} {r['seqmap_int8_tok_s']:>8.0f} {r['ct2_int8_tok_s']:>8.0f} "
+                  f"{r['ratio_int8_vs_ct2_int8']:>7.2f} {r['int8_agree_fp32_sentences']:>9}/{r['sentences']}")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
@@ -432,7 +445,7 @@ def measure(runtimes: Runtimes, args, beams: list[int], hf_version: str, ct2_ver
                   + (f"; first difference: {a['first_mismatch']}" if a["first_mismatch"] else ""))
         for name, out in outputs.items():
             generated = sum(len(o) for o in out)
-            if generated != expected:
+            if generated != expected and not name.endswith("int8"):
                 raise SystemExit(f"{mode}: {name} generated {generated} tokens, expected {expected}: "
                                  "the comparison would not be fair")
         if beam == 1 and any(a["first_mismatch"] for a in agreement.values()):
@@ -440,7 +453,9 @@ def measure(runtimes: Runtimes, args, beams: list[int], hf_version: str, ct2_ver
 
         samples = time_calls(runtimes, beam, args.repeats, args.warmup)
         secs = {name: statistics.median(s) for name, s in samples.items()}
-        tok_s = {name: expected / s for name, s in secs.items()}
+        # int8 runtimes may end a sentence early (EOS): count the tokens each one generated
+        generated = {name: sum(len(o) for o in out) for name, out in outputs.items()}
+        tok_s = {name: generated[name] / s for name, s in secs.items()}
         rows.append({
             "mode": mode, "beam_size": beam, "sentences": args.sentences, "src_len": args.src_len,
             "new_tokens": expected,
@@ -450,6 +465,14 @@ def measure(runtimes: Runtimes, args, beams: list[int], hf_version: str, ct2_ver
             "ratio_vs_ct2": round(tok_s["seqmap"] / tok_s["ct2"], 3),
             "agree_hf_sentences": agreement["hf"]["rows_equal"],
             "agree_ct2_sentences": agreement["ct2"]["rows_equal"],
+            **({"ratio_int8_vs_ct2_int8": round(tok_s["seqmap_int8"] / tok_s["ct2_int8"], 3),
+                "int8_agree_fp32_sentences": compare("seqmap_int8", outputs["seqmap"],
+                                                     outputs["seqmap_int8"])["rows_equal"],
+                "ct2_int8_agree_ct2_sentences": compare("ct2_int8", outputs["ct2"], outputs["ct2_int8"])["rows_equal"]}
+               if args.int8 else {}),
+            **({"seqmap_int8_new_tokens": generated["seqmap_int8"], "ct2_int8_new_tokens": generated["ct2_int8"]}
+               if args.int8 else {}),
+            "cpu": cpu_name(), "threads": args.threads,
             "samples_s": {name: [round(x, 4) for x in s] for name, s in samples.items()},
         })
         print(f"{mode}: tokens/s seqmap {tok_s['seqmap']:.0f}, hf {tok_s['hf']:.0f}, ct2 {tok_s['ct2']:.0f} "

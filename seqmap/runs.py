@@ -59,8 +59,25 @@ def find_checkpoint(path: str | Path, which: str = "best") -> Path:
     return found
 
 
-def load_run(path: str | Path, which: str = "best", device: str | torch.device = "cpu") -> LoadedRun:
-    """Rebuild the model from a checkpoint's own config and load its weights and tokenizer."""
+def load_run(path: str | Path, which: str = "best", device: str | torch.device = "cpu",
+             quantize: str | None = None) -> LoadedRun:
+    """Rebuild the model from a checkpoint's own config and load its weights and tokenizer.
+
+    ``quantize="int8"``: Linear layers dynamically quantized for CPU decoding (``seqmap.decoding.quantize``).
+    """
+    run = _load_run(path, which, device)
+    if quantize not in (None, "none"):
+        from seqmap.decoding.quantize import QuantizeError
+        from seqmap.decoding.quantize import quantize as quantize_model
+
+        try:
+            run.model = quantize_model(run.model, quantize, run.device)
+        except QuantizeError as e:
+            raise RunError(str(e)) from None
+    return run
+
+
+def _load_run(path: str | Path, which: str, device: str | torch.device) -> LoadedRun:
     checkpoint = find_checkpoint(path, which)
     try:
         cfg = from_dict(RunConfig, read_config(checkpoint))

@@ -30,6 +30,7 @@ def run_parser(commands, name: str, help_: str, description: str, epilog: str) -
     p.add_argument("--checkpoint", default="best", help="best (default), last, or a checkpoint directory")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    p.add_argument("--quantize", default="none", help="none (default) or int8: Linear layers in int8 (CPU only)")
     return p
 
 
@@ -44,7 +45,7 @@ def load(args: argparse.Namespace, task: str | tuple[str, ...] | None = None):
     from seqmap.runs import load_run
 
     threads(getattr(args, "threads", None))
-    run = load_run(args.run_dir, args.checkpoint, args.device)
+    run = load_run(args.run_dir, args.checkpoint, args.device, quantize=getattr(args, "quantize", None))
     tasks = (task,) if isinstance(task, str) else task
     if tasks is not None and run.cfg.data.task not in tasks:
         raise UserError(f"{args.run_dir} was trained for data.task={run.cfg.data.task}, not {' or '.join(tasks)}; "

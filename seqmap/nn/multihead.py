@@ -31,6 +31,7 @@ class KVCache:
         self.k: Tensor | None = None  # (B, Hkv, capacity, Dh)
         self.v: Tensor | None = None
         self.length = 0
+        self.spare: tuple[Tensor, Tensor] | None = None  # reorder's second storage, swapped with k, v
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add (B, Hkv, t, Dh) new keys/values; return views of all (B, Hkv, length, Dh)."""
@@ -51,22 +52,32 @@ class KVCache:
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (B',) in that order (any rows, repeats allowed), e.g. the surviving beams.
 
-        With the batch size unchanged (beams reordered) only the rows that
-        change are rewritten, in place and only their filled positions; the
-        others are not touched. A new batch size (rows dropped, or repeated
-        into beams) selects the rows into new storage of the same capacity.
+        With the batch size unchanged (beams reordered) the rows are gathered
+        with one contiguous ``index_select`` into a second storage of the same
+        shape, which then swaps places with the first (nothing is allocated
+        after the first reorder; an identity ``index`` copies nothing). The
+        earlier gather-then-``index_copy_`` of only the moved rows made two
+        strided passes and took longer (docs/benchmarks.md, issue 18). A new
+        batch size (rows dropped, or repeated into beams) selects the rows
+        into new storage of the same capacity.
         """
         if self.k is None:
             return
-        filled = slice(0, self.length)
         if index.numel() == self.k.size(0):
-            moved = (index != torch.arange(index.numel(), device=index.device)).nonzero().squeeze(1)
-            if moved.numel():
-                source = index[moved]
-                for store in (self.k, self.v):  # the moved rows are read out before any is overwritten
-                    store[:, :, filled].index_copy_(0, moved, store[source, :, filled])
+            if bool((index == torch.arange(index.numel(), device=index.device)).all()):
+                return
+            if self.k.requires_grad and torch.is_grad_enabled():  # out= cannot record a gradient
+                self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+                return
+            if self.spare is None or self.spare[0].shape != self.k.shape:
+                self.spare = (torch.empty_like(self.k), torch.empty_like(self.v))
+            spare_k, spare_v = self.spare
+            torch.index_select(self.k, 0, index, out=spare_k)
+            torch.index_select(self.v, 0, index, out=spare_v)
+            self.spare, self.k, self.v = (self.k, self.v), spare_k, spare_v
             return
         self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+        self.spare = None
 
     @classmethod
     def stack(cls, caches: Sequence[KVCache]) -> KVCache:

@@ -46,6 +46,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
                    help="best (default), last, or a checkpoint directory")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    p.add_argument("--quantize", default="none", help="none (default) or int8: Linear layers in int8 (CPU only)")
     p.add_argument("--max-batch", type=int, default=32,
                    help="most sentences decoded together (default 32; 1 = one request at a time)")
     p.add_argument("--max-waiting", type=int, default=256,
@@ -120,7 +121,10 @@ def _build(args: argparse.Namespace):
         device = torch.device(args.device)
     except RuntimeError:
         raise ServeError(f"--device {args.device!r} is not a device; use cpu, cuda or cuda:N") from None
-    run = load_run(args.run_dir, args.checkpoint, device)
+    if args.quantize != "none" and (args.quantize != "int8" or device.type != "cpu"):
+        raise ServeError(f"--quantize {args.quantize!r} with --device {args.device}: "
+                         "use --quantize none, or int8 on the CPU")
+    run = load_run(args.run_dir, args.checkpoint, device, quantize=args.quantize)
     if run.cfg.data.task == "graph":
         raise ServeError(f"{args.run_dir} is a graph (GAT) run; the server translates, generates and classifies "
                          "texts and images, and transcribes audio (use `seqmap evaluate` or "

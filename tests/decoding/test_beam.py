@@ -402,12 +402,33 @@ def test_kv_cache_reorder_matches_index_select_and_keeps_its_capacity(index):
     index = torch.tensor(index)
     cache.reorder(index)
     assert cache.length == 5 and cache.k.size(2) == capacity
-    if len(index) == 4:
-        assert cache.k.data_ptr() == storage  # same batch size: rewritten in place
+    if len(index) == 4 and index.tolist() != [0, 1, 2, 3]:  # same batch size: gathered into the spare storage
+        assert cache.spare is not None and cache.spare[0].data_ptr() == storage
+        spare = cache.k.data_ptr()
+        cache.reorder(torch.arange(4))  # identity: nothing moves
+        assert cache.k.data_ptr() == spare
     k2, v2 = torch.randn(len(index), 2, 1, 3), torch.randn(len(index), 2, 1, 3)
     got_k, got_v = cache.append(k2, v2)
     assert torch.equal(got_k, torch.cat([k[index], k2], dim=2))
     assert torch.equal(got_v, torch.cat([v[index], v2], dim=2))
+
+
+def test_kv_cache_reorders_repeatedly_without_allocating_and_equals_gathering():
+    """Two storages swap places: each reorder gathers into the other, appends follow the chosen rows."""
+    g = torch.Generator().manual_seed(0)
+    cache, k, v = KVCache(), torch.randn(4, 2, 3, 3, generator=g), torch.randn(4, 2, 3, 3, generator=g)
+    cache.append(k, v)
+    storages = set()
+    for _ in range(6):
+        index = torch.randint(0, 4, (4,), generator=g)
+        cache.reorder(index)
+        k, v = k[index], v[index]
+        step_k, step_v = torch.randn(4, 2, 1, 3, generator=g), torch.randn(4, 2, 1, 3, generator=g)
+        got_k, got_v = cache.append(step_k, step_v)
+        k, v = torch.cat([k, step_k], dim=2), torch.cat([v, step_v], dim=2)
+        assert torch.equal(got_k, k) and torch.equal(got_v, v)
+        storages.add(cache.k.data_ptr())
+    assert len(storages) <= 3  # the two swapping storages, and one growth (capacity 16) at most
 
 
 class CountingState(HistoryState):

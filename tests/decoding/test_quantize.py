@@ -1,0 +1,45 @@
+"""int8 decoding (``--quantize int8``): same greedy tokens as float32 on most sentences of a trained toy model."""
+
+import pytest
+import torch
+from torch import nn
+
+import seqmap.training.toy as toy_module
+from seqmap.config import ModelConfig
+from seqmap.decoding.quantize import QuantizeError, quantize
+from seqmap.training.toy import ToyConfig, _decode, train_toy
+
+AGREE = 0.9  # share of held-out sentences whose int8 greedy tokens equal float32's
+
+
+def test_int8_greedy_matches_float32_on_most_sentences_of_a_trained_toy(monkeypatch):
+    trained = {}
+    real_evaluate = toy_module.evaluate
+
+    def keep(model, task, cfg, family):  # the trained model and its task, as train_toy evaluates them
+        trained.update(model=model, task=task)
+        return real_evaluate(model, task, cfg, family)
+
+    monkeypatch.setattr(toy_module, "evaluate", keep)
+    cfg = ModelConfig(family="transformer", d_model=64, n_heads=2, d_ff=128, enc_layers=1, dec_layers=1, dropout=0.0)
+    toy = ToyConfig(task="reverse", vocab=10, min_len=2, max_len=6, steps=300, batch_size=64, lr=3e-3,
+                    warmup=20, eval_size=50, log_every=0)
+    metrics = train_toy(cfg, toy, log=None)
+    assert metrics["exact_match"] > 0.5, "the toy did not learn; the comparison would say nothing"
+    model, task = trained["model"], trained["task"]
+    int8 = quantize(model, "int8")
+    assert any(type(m).__name__ == "Linear" and "quantized" in type(m).__module__ for m in int8.modules())
+    batch = next(iter(task.batches(1, 200, seed=777)))
+    fp32 = _decode(model, batch, "transformer", sep=0, max_len=task.max_len + 1)
+    q8 = _decode(int8, batch, "transformer", sep=0, max_len=task.max_len + 1)
+    agree = sum(a == b for a, b in zip(fp32, q8, strict=True)) / len(fp32)
+    assert agree >= AGREE, f"int8 equals float32 on {agree:.0%} of sentences, expected >= {AGREE:.0%}"
+
+
+def test_quantize_rejects_unknown_modes_and_gpus_in_one_line():
+    model = nn.Sequential(nn.Linear(4, 4))
+    assert quantize(model, "none") is model and quantize(model, None) is model
+    with pytest.raises(QuantizeError, match="--quantize 'int4' is not supported; use one of none, int8"):
+        quantize(model, "int4")
+    with pytest.raises(QuantizeError, match="CPU only"):
+        quantize(model, "int8", torch.device("cuda"))
