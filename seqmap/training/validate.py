@@ -165,7 +165,7 @@ def validate(model, data, cfg: RunConfig, device, log) -> dict:
                       if k not in ("bleu_signature", "chrf_signature"))
     how = ""
     if ("bleu" in out or "wer" in out) and cfg.decode.beam_size > 1:  # greedy is cheaper; it rarely changes the choice
-        how = (f" ({'BLEU' if 'bleu' in out else 'WER'} by greedy decoding; the test and "
+        how = (f" ({'BLEU' if 'bleu' in out else 'WER'} by greedy decoding; test and "
                f"{'translate' if 'bleu' in out else 'transcribe'} use decode.beam_size={cfg.decode.beam_size})")
     log(f"validation{how}: {shown}")
     return out
