@@ -45,7 +45,6 @@ from seqmap.models.lead import BASELINE_NAME as LEAD_NAME
 from seqmap.models.lead import lead, median_words
 from seqmap.models.tfidf import BASELINE_NAME, MissingBaselineDependency, TfidfLogReg
 from seqmap.runs import LoadedRun
-from seqmap.training.checkpoint import load_checkpoint
 from seqmap.training.validate import (
     classification_metrics,
     classification_scores,
@@ -264,8 +263,7 @@ def evaluate_test_split(trainer: RunTrainer) -> dict | None:
     test = data.test if lm else data.test_text
     if not test:
         return None
-    best = trainer.checkpoints.best() or trainer.checkpoints.latest()
-    load_checkpoint(best, model=trainer.model)
+    best = trainer.load_best()
     step = trainer.state["step"]
     if lm:
         windows = lm_batches(test, eval_context(cfg.data), cfg.train.batch_size)
@@ -321,8 +319,7 @@ def _classification_test(trainer: RunTrainer) -> dict | None:
     cfg, data, log = trainer.cfg, trainer.data, trainer.log
     if not data.test_text:
         return None
-    best = trainer.checkpoints.best() or trainer.checkpoints.latest()
-    load_checkpoint(best, model=trainer.model)
+    best = trainer.load_best()
     rows = [(classification_ids(data.tok, text, cfg.data.max_len), data.labels.encode(label, where="data.test"))
             for text, label in data.test_text]
     result = classification_metrics(trainer.model.eval(), rows, len(data.labels), cfg.train.max_tokens,
@@ -346,8 +343,7 @@ def _image_test(trainer: RunTrainer) -> dict | None:
     cfg, data, log = trainer.cfg, trainer.data, trainer.log
     if data.test is None:
         return None
-    best = trainer.checkpoints.best() or trainer.checkpoints.latest()
-    load_checkpoint(best, model=trainer.model)
+    best = trainer.load_best()
     labels = [data.labels.encode(v, where="data.test") for v in data.test.labels]
     result = image_metrics(trainer.model.eval(), data.test.images, labels, len(data.labels), cfg.train.batch_size,
                            trainer.device)
@@ -362,8 +358,7 @@ def _graph_test(trainer: RunTrainer) -> dict | None:
     data, log = trainer.data, trainer.log
     if data.graph.test_idx.numel() == 0:
         return None
-    best = trainer.checkpoints.best() or trainer.checkpoints.latest()
-    load_checkpoint(best, model=trainer.model)
+    best = trainer.load_best()
     result = graph_metrics(trainer.model.eval(), data, data.graph.test_idx, trainer.cfg.model.graph_attention,
                            trainer.device)
     del result["logits"]

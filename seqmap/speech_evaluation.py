@@ -15,7 +15,6 @@ from seqmap.config import DecodeConfig
 from seqmap.data.audio import Utterances
 from seqmap.decoding.speech import transcribe
 from seqmap.runs import LoadedRun
-from seqmap.training.checkpoint import load_checkpoint
 
 if TYPE_CHECKING:
     from seqmap.training.trainer import RunTrainer
@@ -77,8 +76,7 @@ def speech_test(trainer: RunTrainer) -> dict | None:
     cfg, data, log = trainer.cfg, trainer.data, trainer.log
     if data.test is None:
         return None
-    best = trainer.checkpoints.best() or trainer.checkpoints.latest()
-    load_checkpoint(best, model=trainer.model)
+    best = trainer.load_best()
     run = LoadedRun(cfg, trainer.model.eval(), None, data.tok, best, trainer.device)
     out = trainer.run_dir / "test.hyp"
     result = evaluate_utterances(run, data.test, out=out)

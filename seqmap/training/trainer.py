@@ -624,6 +624,12 @@ class RunTrainer:
                                      optimizer=self.trainer.optimizer, trainer_state=dict(self.state),
                                      config=to_dict(self.cfg), tokenizer_dir=tokenizer if tokenizer.is_dir() else None)
 
+    def load_best(self) -> Path:
+        """Load the best checkpoint's weights into the model (the latest when none is ranked); return its path."""
+        best = self.checkpoints.best() or self.checkpoints.latest()
+        load_checkpoint(best, model=self.model)
+        return best
+
     def close(self) -> None:
         self.log.close()
         distributed.teardown(self.dist)
