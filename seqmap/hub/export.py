@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -75,6 +76,17 @@ def _vocab_order(tok) -> tuple[list[int], HFTokenizer | None]:
     return list(range(tok.vocab_size)), None
 
 
+def _opening(run, compatible: Callable[[ModelConfig], str | None], name: str):
+    """What both exports start from: the model refused in one line when ``compatible`` says why it has no ``name``
+    equivalent; else (model config, weights, the exported vocabulary order, the imported tokenizer or None)."""
+    m = run.cfg.model
+    why = compatible(m)
+    if why is not None:
+        raise HubError(f"{run.checkpoint}: {why}; this model has no {name} equivalent")
+    order, hf_tok = _vocab_order(run.tgt_tok)
+    return m, run.model.state_dict(), order, hf_tok
+
+
 # -- GPT-2 ---------------------------------------------------------------------------------------------
 
 
@@ -96,13 +108,9 @@ def _gpt2_compatible(m: ModelConfig) -> str | None:
 def _gpt2(run):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    m = run.cfg.model
-    why = _gpt2_compatible(m)
-    if why is not None:
-        raise HubError(f"{run.checkpoint}: {why}; this model has no GPT-2 equivalent")
-    order, hf_tok = _vocab_order(run.tgt_tok)
+    m, sd, order, hf_tok = _opening(run, _gpt2_compatible, "GPT-2")
     eos = hf_tok.roles["eos"] if hf_tok else EOS
-    d, sd = m.d_model, run.model.state_dict()
+    d = m.d_model
     config = GPT2Config(vocab_size=len(order), n_positions=m.max_len, n_embd=d, n_layer=m.dec_layers,
                         n_head=m.n_heads, n_inner=m.d_ff,
                         activation_function={"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}[m.activation],
@@ -165,16 +173,12 @@ def _split_attention(sd: dict[str, Tensor], ours: str, theirs: str) -> dict[str,
 def _marian(run):
     from transformers import MarianConfig, MarianMTModel
 
-    m = run.cfg.model
-    why = _marian_compatible(m)
-    if why is not None:
-        raise HubError(f"{run.checkpoint}: {why}; this model has no MarianMT equivalent")
-    order, hf_tok = _vocab_order(run.tgt_tok)
+    m, sd, order, hf_tok = _opening(run, _marian_compatible, "MarianMT")
     if hf_tok is not None:  # Marian's decoder starts from its pad token: seqmap's BOS row plays it
         eos, pad, start = hf_tok.roles["eos"], hf_tok.roles["pad"], hf_tok.roles["pad"]
     else:
         eos, pad, start = EOS, PAD, BOS
-    d, sd = m.d_model, run.model.state_dict()
+    d = m.d_model
     ff_dropout = m.dropout if m.ff_dropout is None else m.ff_dropout
     config = MarianConfig(vocab_size=len(order), d_model=d, encoder_layers=m.enc_layers, decoder_layers=m.dec_layers,
                           encoder_attention_heads=m.n_heads, decoder_attention_heads=m.n_heads,
