@@ -147,6 +147,11 @@ class AudioFrontEnd(nn.Module):
         """Encoder frames (after subsampling) of utterances of ``samples`` samples."""
         return subsampled(frames_of(samples, self.logmel.n_fft, self.logmel.hop))
 
+    def utterance_frames(self, utterances) -> list[int]:
+        """Encoder frames of each utterance (``seqmap.data.audio.Utterances``: ``len()``, ``length(i)`` in samples),
+        the lengths that batching budgets."""
+        return self.frame_lengths(torch.tensor([utterances.length(i) for i in range(len(utterances))])).tolist()
+
     def features(self, wave: Tensor, wave_mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """Normalised log-mel features (B, F, M) and their mask (B, F), before subsampling (for plots)."""
         samples = (torch.full((wave.size(0),), wave.size(1), device=wave.device) if wave_mask is None

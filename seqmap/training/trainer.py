@@ -483,9 +483,8 @@ class RunTrainer:
     def _speech_batches(self):
         """Utterances in ``train.max_tokens`` budgets of encoder frames (or target tokens), length-bucketed and
         shuffled per epoch; the waveforms are built (joined) when their batch is made."""
-        train, ids, frontend = self.data.train, self.data.train_ids, self.model.frontend
-        frames = frontend.frame_lengths(torch.tensor([train.length(i) for i in range(len(train))])).tolist()
-        t = self.cfg.train
+        train, ids, t = self.data.train, self.data.train_ids, self.cfg.train
+        frames = self.model.frontend.utterance_frames(train)
         return self._epoch_batches(
             lambda epoch: token_budget_batches(frames, [len(x) + 1 for x in ids], t.max_tokens, shuffle=True,
                                                seed=t.seed, epoch=epoch),

@@ -51,7 +51,7 @@ def translation_batches(pairs, max_tokens: int):
 
 def speech_batches(model, utterances, ids: list[list[int]], max_tokens: int):
     """Utterances and their transcripts' ids in budgets of encoder frames, in length order (no shuffling)."""
-    frames = model.frontend.frame_lengths(torch.tensor([utterances.length(i) for i in range(len(ids))])).tolist()
+    frames = model.frontend.utterance_frames(utterances)
     for indices in token_budget_batches(frames, [len(x) + 1 for x in ids], max_tokens, shuffle=False):
         yield collate_speech([utterances.wave(i) for i in indices], [ids[i] for i in indices])
 
