@@ -4,7 +4,7 @@
     python bench/gat_recipe.py --dataset citeseer --seeds 0-9 --json citeseer.json
     python bench/gat_recipe.py --dataset cora --seeds 0 --train.patience 100   # any config override
 
-Each seed is one ``seqmap.training.trainer.train`` of ``configs/{cora,citeseer}_gat.yaml`` (the recipe and
+Each seed is one ``seqmap.training.run_trainer.train`` of ``configs/{cora,citeseer}_gat.yaml`` (the recipe and
 its sources are in the config's comments) with ``train.seed`` set, scored on the test nodes at the end
 as ``seqmap train`` does (``seqmap.evaluation.evaluate_test_split``); nothing is trained here. Run
 directories go to a temporary folder (``--keep-runs DIR`` keeps them).
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from seqmap.config import load_config  # noqa: E402
 from seqmap.evaluation import evaluate_test_split  # noqa: E402
-from seqmap.training.trainer import train  # noqa: E402
+from seqmap.training.run_trainer import train  # noqa: E402
 
 DEFAULT_ROOT = ROOT.parent / "shared" / "data" / "planetoid"
 

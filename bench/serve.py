@@ -62,7 +62,7 @@ def train_toy(root: Path, steps: int, threads: int) -> Path:
     import torch
 
     from seqmap.config import RunConfig, from_dict
-    from seqmap.training.trainer import train
+    from seqmap.training.run_trainer import train
 
     torch.set_num_threads(threads)
     data = {"tokenizer": "word", "max_len": 32}

@@ -60,7 +60,7 @@ from seqmap.training.validate import (
 )
 
 if TYPE_CHECKING:
-    from seqmap.training.trainer import RunTrainer
+    from seqmap.training.run_trainer import RunTrainer
 
 
 def bleu_tokenizer(tgt_lang: str, tokenize: str | None = None) -> str:
@@ -246,7 +246,7 @@ def evaluate_test_split(trainer: RunTrainer) -> dict | None:
 
     Translation: decoded with the run's decode config and scored as by ``evaluate_pairs`` (hypotheses
     in ``RUN_DIR/test.hyp``); a language model: loss and perplexity of the test text. None when the
-    config names no test data. ``seqmap train`` passes this to ``seqmap.training.trainer.train``.
+    config names no test data. ``seqmap train`` passes this to ``seqmap.training.run_trainer.train``.
     """
     cfg, data, log = trainer.cfg, trainer.data, trainer.log
     if cfg.data.task == "classification":

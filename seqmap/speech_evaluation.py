@@ -17,7 +17,7 @@ from seqmap.decoding.speech import transcribe
 from seqmap.runs import LoadedRun
 
 if TYPE_CHECKING:
-    from seqmap.training.trainer import RunTrainer
+    from seqmap.training.run_trainer import RunTrainer
 
 
 def evaluate_utterances(run: LoadedRun, utterances: Utterances, decode: DecodeConfig | None = None, *,

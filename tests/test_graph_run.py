@@ -21,7 +21,7 @@ from seqmap.models.gat import GAT
 from seqmap.runs import load_run
 from seqmap.training import checkpoint_manager
 from seqmap.training.checkpoint import load_checkpoint
-from seqmap.training.trainer import train
+from seqmap.training.run_trainer import train
 
 N, F_IN, C = 60, 10, 3
 

@@ -33,7 +33,7 @@ def add_parser(commands) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from seqmap.evaluation import evaluate_test_split
-    from seqmap.training.trainer import train
+    from seqmap.training.run_trainer import train
 
     threads(args.threads)
     if args.init and args.resume:

@@ -1,4 +1,5 @@
-"""Training: the trainer for configs on real text (``trainer.py``) and the toy run on synthetic tasks (``toy.py``).
+"""Training: the one training loop (``trainer.py``), a config on real data set up as a run directory
+(``run_trainer.py``) and the toy run on synthetic tasks (``toy.py``).
 
 Also the loss, schedules, checkpoints and their averaging, distributed setup and the run log.
 """

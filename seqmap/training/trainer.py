@@ -2,83 +2,35 @@
 
 ``Trainer`` owns the optimiser, the learning-rate schedule, mixed precision, gradient clipping,
 NaN handling, logging and the ``train.*`` stopping rules; the caller brings the model, the batches
-and what happens at a validation. Two callers train through it: ``RunTrainer`` (below: one config
-on real text) and ``seqmap.training.toy`` (a synthetic task, no run directory).
-
-``RunTrainer`` turns one config into a run directory that explains itself:
-
-    RUN_DIR/config.yaml         the resolved config (vocabulary sizes filled in)
-    RUN_DIR/tokenizer/          the tokenizer(s), trained on the training text
-    RUN_DIR/cache/              token ids, so a second run does not tokenize again
-    RUN_DIR/train.log           what was printed
-    RUN_DIR/metrics.jsonl       train / valid / test events, one JSON object per line
-    RUN_DIR/checkpoints/        step-N/ (weights, optimizer, RNG, data position, config, tokenizer)
+and what happens at a validation. Two callers train through it: ``seqmap.training.run_trainer.RunTrainer``
+(one config on real data, with a run directory) and ``seqmap.training.toy`` (a synthetic task, no run directory).
 
 Each optimiser step sums the gradients of ``accum_steps`` batches (on every rank)
 and normalises by the number of target tokens in all of them, so 2 processes with
 one batch each take exactly the step one process takes with both batches.
-Checkpoints are written after validation, at a step boundary, with everything
-needed to continue bit-for-bit (``resume=True``). Scoring the best checkpoint on the
-test split is the caller's (``train(test=...)``; ``seqmap train`` passes
-``seqmap.evaluation.evaluate_test_split``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import random
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from seqmap.config import HIGHER_IS_BETTER, RunConfig, TrainConfig, save_config, to_dict
-from seqmap.data.batching import (
-    NOT_SCORED,
-    Batch,
-    EpochIterator,
-    LabelBatch,
-    collate_images,
-    collate_labels,
-    collate_pairs,
-    collate_speech,
-    fixed_size_batches,
-    lm_random_chunks,
-    lm_stream_rows,
-    lm_stream_window,
-    shard,
-    token_budget_batches,
-)
-from seqmap.data.images import random_shift
-from seqmap.data.pipeline import (
-    load_classification,
-    load_graph,
-    load_images,
-    load_lm,
-    load_speech,
-    load_translation,
-)
+from seqmap.config import TrainConfig
+from seqmap.data.batching import NOT_SCORED, Batch, LabelBatch
 from seqmap.data.tokenizers import PAD
-from seqmap.models.builder import build_model
 from seqmap.training import distributed
 from seqmap.training.carry import CarriedState
-from seqmap.training.checkpoint import load_checkpoint
-from seqmap.training.checkpoint_files import TOKENIZER_DIR
-from seqmap.training.checkpoint_manager import CheckpointManager
 from seqmap.training.loss import label_nll, label_smoothed_nll, output_nll
 from seqmap.training.runlog import RunLog
 from seqmap.training.schedule import make_schedule, set_lr
-from seqmap.training.validate import validate
-
-TIE_BREAK_BY_LOSS = ("accuracy", "macro_f1")  # early_stopping metrics whose equal values go to the lower loss
 
 
 class TrainingError(RuntimeError):
@@ -90,15 +42,6 @@ def _is_terminal(stream) -> bool:
     return bool(isatty and isatty())
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise TrainingError(f"train.device={name} but CUDA is not available; use train.device=cpu or auto")
-    return device
-
-
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype, or None for fp32. On CPU always fp32 (no fast half-precision matmuls)."""
     if device.type != "cuda" or precision == "fp32":
@@ -106,12 +49,6 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     if precision == "auto":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
     return torch.bfloat16 if precision == "bf16" else torch.float16
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -343,323 +280,3 @@ class Trainer:
     def _broadcast_stop(self, reason: str | None) -> str | None:
         stop = distributed.broadcast_flag(reason is not None, self.dist, self.device)
         return (reason or "stopped by rank 0") if stop else None
-
-
-class RunTrainer:
-    """One config on real text: data, model and ``Trainer`` set up, a run directory written; ``run()`` trains."""
-
-    def __init__(self, cfg: RunConfig, run_dir: Path, *, resume: bool = False, stream=None,
-                 init: Path | None = None):
-        self.run_dir = Path(run_dir)
-        self.device = resolve_device(cfg.train.device)
-        self.dist = distributed.setup(self.device)
-        if self.dist.enabled and self.device.type == "cuda":
-            self.device = torch.device("cuda", self.dist.local_rank)
-            torch.cuda.set_device(self.device)
-        latest = CheckpointManager(self.run_dir, keep_last=cfg.train.keep_last).latest()
-        if latest is not None and not resume:
-            raise TrainingError(f"{self.run_dir} already holds checkpoints (latest {latest.name}); continue it with "
-                                f"`seqmap train --resume {self.run_dir}`, or choose another --run-dir")
-        if resume and latest is None:
-            raise TrainingError(f"--resume: no checkpoint in {self.run_dir / 'checkpoints'} to resume from")
-        self.log = RunLog(self.run_dir, enabled=self.dist.is_main, stream=stream)
-        seed_everything(cfg.train.seed)
-        init = None if resume else init  # a resumed run continues from its own checkpoint
-        if init is not None and self.dist.is_main:
-            _copy_tokenizer(Path(init), self.run_dir / TOKENIZER_DIR)
-
-        # data: rank 0 trains the tokenizer (or keeps the --init run's) and fills the cache, the others then read them
-        load = {"lm": load_lm, "translation": load_translation, "classification": load_classification,
-                "image": load_images, "graph": load_graph, "speech": load_speech}[cfg.data.task]
-        if not self.dist.is_main:
-            distributed.barrier(self.dist)
-        self.data = load(cfg.data, self.run_dir, self.log.info)
-        if self.dist.is_main:
-            distributed.barrier(self.dist)
-        fields = self._data_fields(cfg)
-        if init is not None:  # the model is the initial run's: the data must fit it, not resize it
-            differ = {k: v for k, v in fields.items() if k not in ("pixel_mean", "pixel_std")
-                      and getattr(cfg.model, k) != v}
-            if differ:
-                name, value = next(iter(differ.items()))
-                raise TrainingError(f"--init {init}: the data gives model.{name}={value}, but the initial model has "
-                                    f"{getattr(cfg.model, name)}; train on data of the same kind")
-            fields = {}
-        model_cfg = dataclasses.replace(cfg.model, **fields)
-        self.cfg = dataclasses.replace(cfg, model=model_cfg)
-        if self.dist.is_main:
-            save_config(self.cfg, self.run_dir / "config.yaml")
-
-        seed_everything(cfg.train.seed)  # identical initial weights on every rank
-        self.model = build_model(self.cfg.model).to(self.device)
-        if init is not None:
-            load_checkpoint(Path(init), model=self.model)
-            self.log.info(f"initialised from {init} (its weights; optimiser, schedule and data start afresh)")
-        if cfg.train.stateful and (cfg.data.task != "lm" or cfg.model.family != "rnn_lm"):
-            raise TrainingError("train.stateful=true carries a recurrent state across batches: it needs "
-                                "data.task=lm and model.family=rnn_lm")
-        self.carry = CarriedState(self.model) if cfg.train.stateful else None
-        t = self.cfg.train
-        self.trainer = Trainer(self.model, t, self.device, log=self.log, dist=self.dist, carry=self.carry,
-                               progress=True)
-        self.checkpoints = CheckpointManager(
-            self.run_dir, keep_last=t.keep_last, metric=t.early_stopping,
-            mode="max" if t.early_stopping in HIGHER_IS_BETTER else "min")
-        self.state = self.trainer.state  # one dict: the loop's counters and the data position, checkpointed
-        self.state["data"] = {"epoch": 0, "batch": 0}
-        if resume:
-            loaded = load_checkpoint(latest, model=self.model, optimizer=self.trainer.optimizer, restore_rng=True)
-            self.state.update(loaded.trainer_state)
-            self.log.info(f"resumed from {latest} at step {self.state['step']}")
-        n_params = sum(p.numel() for p in self.model.parameters())
-        self.log.info(f"model: {self.cfg.model.family}, {n_params / 1e6:.2f}M parameters, device {self.device}"
-                      f"{f', {self.dist.world_size} processes' if self.dist.enabled else ''}")
-
-    def _data_fields(self, cfg: RunConfig) -> dict:
-        """The model options the data decides: vocabulary sizes, classes, the image shape and pixel statistics."""
-        task, data = cfg.data.task, self.data
-        if task == "graph":  # no tokens: sizes from the graph
-            return dict(n_features=data.graph.num_features, n_classes=data.graph.num_classes)
-        if task == "image":
-            c, h, w = data.train.shape
-            return dict(n_classes=len(data.labels), image_channels=c, image_height=h, image_width=w,
-                        pixel_mean=data.mean, pixel_std=data.std, src_vocab=0, tgt_vocab=0, pad_id=PAD)
-        if task == "speech":
-            return dict(src_vocab=0, tgt_vocab=data.tok.vocab_size, pad_id=PAD, sample_rate=data.train.sample_rate)
-        tgt_tok = data.tgt_tok if task == "translation" else data.tok
-        src_tok = {"translation": getattr(data, "src_tok", None), "classification": tgt_tok}.get(task)
-        return dict(src_vocab=src_tok.vocab_size if src_tok else 0, tgt_vocab=tgt_tok.vocab_size, pad_id=PAD,
-                    n_classes=len(data.labels) if task == "classification" else 0)
-
-    # -- batches ------------------------------------------------------------------------
-    def _epoch_batches(self, batches_of_epoch: Callable[[int], list[list[int]]], make_batch):
-        """Shuffled batches of training example indices per epoch, resumable: ``make_batch(indices, epoch, index)``."""
-        t = self.cfg.train
-
-        def batches_fn(epoch: int):
-            return shard(batches_of_epoch(epoch), self.dist.rank, self.dist.world_size)
-
-        iterator = EpochIterator(batches_fn, **self.state["data"],
-                                 max_epochs=t.max_epochs if t.max_epochs > 0 else None)
-        for epoch, index, indices in iterator:
-            self.state["data"] = iterator.state_dict()
-            self.state["epoch"] = epoch
-            yield make_batch(indices, epoch, index)
-
-    def _token_batches(self, src_len: list[int], tgt_len: list[int], collate):
-        """Token-budget batches of the training rows, length-bucketed and shuffled per epoch."""
-        t, train = self.cfg.train, self.data.train
-        return self._epoch_batches(
-            lambda epoch: token_budget_batches(src_len, tgt_len, t.max_tokens, shuffle=True, seed=t.seed, epoch=epoch),
-            lambda indices, *_: collate([train[i] for i in indices]))
-
-    def _translation_batches(self):
-        train = self.data.train
-        return self._token_batches([len(s) for s, _ in train], [len(t) + 1 for _, t in train], collate_pairs)
-
-    def _classification_batches(self):
-        """(token ids, class id) rows; a row's length counts the CLS vector."""
-        train = self.data.train
-        return self._token_batches([len(ids) + 1 for ids, _ in train], [1] * len(train), collate_labels)
-
-    def _image_batches(self):
-        """``train.batch_size`` images per batch, shuffled per epoch; ``data.augment_shift`` moves each image by a
-        random offset drawn from a generator seeded by (seed, epoch, batch), so a resumed run draws the same."""
-        t, data, shift = self.cfg.train, self.data, self.cfg.data.augment_shift
-        labels = torch.tensor(data.train_ids, dtype=torch.long)
-
-        def make_batch(indices: list[int], epoch: int, index: int):
-            index_t = torch.tensor(indices, dtype=torch.long)
-            images = data.train.images[index_t]
-            if shift:
-                g = torch.Generator().manual_seed((t.seed * 1_000_003 + epoch) * 1_000_003 + index)
-                images = random_shift(images, shift, g)
-            return collate_images(images, labels[index_t])
-
-        return self._epoch_batches(
-            lambda epoch: fixed_size_batches(len(labels), t.batch_size, shuffle=True, seed=t.seed, epoch=epoch),
-            make_batch)
-
-    def _speech_batches(self):
-        """Utterances in ``train.max_tokens`` budgets of encoder frames (or target tokens), length-bucketed and
-        shuffled per epoch; the waveforms are built (joined) when their batch is made."""
-        train, ids, t = self.data.train, self.data.train_ids, self.cfg.train
-        frames = self.model.frontend.utterance_frames(train)
-        return self._epoch_batches(
-            lambda epoch: token_budget_batches(frames, [len(x) + 1 for x in ids], t.max_tokens, shuffle=True,
-                                               seed=t.seed, epoch=epoch),
-            lambda indices, *_: collate_speech([train.wave(i) for i in indices], [ids[i] for i in indices]))
-
-    def _graph_batches(self):
-        """The whole graph, scored on the training nodes, once per epoch (one step = one epoch)."""
-        max_epochs, batch = self.cfg.train.max_epochs, self.data.batch(self.data.graph.train_idx,
-                                                                       self.cfg.model.graph_attention)
-        while max_epochs <= 0 or self.state["data"]["epoch"] < max_epochs:
-            self.state["data"] = {"epoch": self.state["data"]["epoch"] + 1, "batch": 0}
-            self.state["epoch"] = self.state["data"]["epoch"]
-            yield batch
-
-    def _lm_position(self) -> int:
-        """Micro-batches read so far: stored in the checkpoint (a checkpoint from before that: from the step)."""
-        return self.state.get("lm_read", self.state["step"] * self.cfg.train.accum_steps)
-
-    def _lm_batches(self):
-        """nanoGPT-style random windows; the generator is seeded by the batch position, so resuming is exact."""
-        if self.cfg.train.stateful:
-            yield from self._lm_stream_batches()
-            return
-        t, stream = self.cfg.train, torch.tensor(self.data.train)
-        batches_per_epoch = max(1, len(stream) // (t.batch_size * self.cfg.data.context * self.dist.world_size))
-        micro = self._lm_position()
-        while True:
-            g = torch.Generator().manual_seed(t.seed * 1_000_003 + micro * self.dist.world_size + self.dist.rank)
-            inputs, targets = lm_random_chunks(stream, self.cfg.data.context, t.batch_size, g)
-            self.state["epoch"] = micro // batches_per_epoch
-            if t.max_epochs > 0 and self.state["epoch"] >= t.max_epochs:
-                return
-            micro += 1
-            self.state["lm_read"] = micro  # batches read, skipped steps' included: where a resumed run reads on
-            yield Batch.from_lm_windows(inputs, targets, pad_id=PAD)
-
-    def _lm_stream_batches(self):
-        """Consecutive windows of B text rows per process (``train.stateful``); the carried state resets each epoch.
-
-        The window follows from the batch position, so a resumed run reads on where it stopped;
-        its carried state restarts from zero there (the state is not checkpointed).
-        """
-        t, context, b = self.cfg.train, self.cfg.data.context, self.cfg.train.batch_size
-        rank, world = self.dist.rank, self.dist.world_size
-        rows = lm_stream_rows(self.data.train, b * world)[rank * b: (rank + 1) * b]
-        per_epoch = (rows.size(1) - 1) // context
-        if per_epoch < 1:
-            raise TrainingError(f"the training stream is too short for {b * world} rows of data.context={context} "
-                                "tokens; lower train.batch_size or data.context")
-        micro = self._lm_position()
-        while True:
-            epoch, index = divmod(micro, per_epoch)
-            self.state["epoch"] = epoch
-            if t.max_epochs > 0 and epoch >= t.max_epochs:
-                return
-            if index == 0:
-                self.carry.reset()
-            micro += 1
-            self.state["lm_read"] = micro
-            yield Batch.from_lm_windows(*lm_stream_window(rows, context, index), pad_id=PAD)
-
-    def run(self) -> dict:
-        batches = {"lm": self._lm_batches, "translation": self._translation_batches,
-                   "classification": self._classification_batches, "image": self._image_batches,
-                   "graph": self._graph_batches, "speech": self._speech_batches}[self.cfg.data.task]()
-        result = self.trainer.run(batches, validate=self._validate_and_save)
-        if self.dist.is_main and self._unsaved is not None:  # train.save_every skipped the last validation
-            self._save(*self._unsaved)
-        return result
-
-    _unsaved: tuple[float | None, float | None] | None = None  # (early_stopping value, loss) of an unsaved validation
-
-    def _improves(self, metrics: dict) -> bool:
-        """Whether ``metrics`` beat the best validation so far by ``train.early_stopping`` (accuracy and
-        macro_f1: equal values go to the lower loss, as the checkpoint index ranks them)."""
-        t, s = self.cfg.train, self.state
-        value = metrics.get(t.early_stopping)
-        if value is None:
-            return False
-        if s["best"] is None:
-            return True
-        if t.early_stopping not in HIGHER_IS_BETTER:
-            return value < s["best"]
-        tie = metrics.get("loss") if t.early_stopping in TIE_BREAK_BY_LOSS else None
-        best_tie = s.get("best_tie")
-        return value > s["best"] or (value == s["best"] and tie is not None and best_tie is not None
-                                     and tie < best_tie)
-
-    def _patience_reset(self, metrics: dict, improved: bool) -> bool:
-        """Whether this validation restarts the ``train.patience`` count (see ``train.patience_metrics``)."""
-        names = self.cfg.train.patience_metrics
-        if not names:
-            return improved
-        records, reset = self.state.setdefault("records", {}), False
-        for name in names:
-            value, old = metrics.get(name), records.get(name)  # a metric this validation did not measure: skipped
-            if value is None:
-                continue
-            if old is None or (value >= old if name in HIGHER_IS_BETTER else value <= old):
-                records[name], reset = value, True
-        return reset
-
-    def _validate_and_save(self) -> Path | None:
-        """Validate, update the best value and patience, save a checkpoint; return it (main process only).
-
-        With ``train.save_every`` = k > 1 (or 0) a checkpoint is written at every k-th validation (or none)
-        and whenever the validation improves; ``run()`` saves the last step if its validation was not saved.
-        """
-        s, t, saved = self.state, self.cfg.train, None
-        if self.dist.is_main:
-            metrics = validate(self.model, self.data, self.cfg, self.device, self.log.info)
-            self.log.metrics("valid", s["step"], **metrics, train_minutes=s["train_seconds"] / 60)
-            value = metrics.get(t.early_stopping)
-            better = self._improves(metrics)
-            if better:
-                s["best"] = value
-                if t.early_stopping in TIE_BREAK_BY_LOSS:
-                    s["best_tie"] = metrics.get("loss")
-            s["bad_validations"] = 0 if self._patience_reset(metrics, better) else s["bad_validations"] + 1
-            s["validations"] = s.get("validations", 0) + 1
-            if better or (t.save_every > 0 and s["validations"] % t.save_every == 0):
-                saved = self._save(value, metrics.get("loss"))
-            else:
-                self._unsaved = (value, metrics.get("loss"))
-        s["bad_validations"] = int(distributed.all_reduce_sum(
-            [float(s["bad_validations"]) if self.dist.is_main else 0.0], self.dist, self.device)[0])
-        distributed.barrier(self.dist)
-        return saved
-
-    def _save(self, value: float | None, loss: float | None = None) -> Path:
-        """A checkpoint of this step, ranked in the index by ``value`` (ties: by the lower ``loss``, see _improves)."""
-        self._unsaved = None
-        tie = loss if self.cfg.train.early_stopping in TIE_BREAK_BY_LOSS else None
-        tokenizer = self.run_dir / "tokenizer"
-        return self.checkpoints.save(self.state["step"], metric_value=value, tie_break=tie, model=self.model,
-                                     optimizer=self.trainer.optimizer, trainer_state=dict(self.state),
-                                     config=to_dict(self.cfg), tokenizer_dir=tokenizer if tokenizer.is_dir() else None)
-
-    def load_best(self) -> Path:
-        """Load the best checkpoint's weights into the model (the latest when none is ranked); return its path."""
-        best = self.checkpoints.best() or self.checkpoints.latest()
-        load_checkpoint(best, model=self.model)
-        return best
-
-    def close(self) -> None:
-        self.log.close()
-        distributed.teardown(self.dist)
-
-
-def _copy_tokenizer(checkpoint: Path, dest: Path) -> None:
-    """The initial run's tokenizer (and class list) into the new run, so its ids keep their meaning."""
-    source = checkpoint / TOKENIZER_DIR
-    if not source.is_dir():
-        source = checkpoint.parent.parent / TOKENIZER_DIR
-    if not source.is_dir():
-        return  # a run without a tokenizer (graphs)
-    if dest.exists():
-        raise TrainingError(f"{dest} already exists; --init starts a new run: choose a new --run-dir")
-    shutil.copytree(source, dest)
-
-
-def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, stream=None,
-          test: Callable[[RunTrainer], dict | None] | None = None, init: str | Path | None = None) -> dict:
-    """Train ``cfg`` into ``run_dir`` (or continue the run there with ``resume=True``).
-
-    ``init``: a checkpoint directory whose weights (and tokenizer) the run starts from (``seqmap train --init``);
-    ``cfg.model`` must be that checkpoint's model (``seqmap.config.load_config_from_init``).
-
-    ``test(run_trainer)``, when given, scores the best checkpoint on the test split once training
-    stops (main process only; ``seqmap.evaluation.evaluate_test_split``); its result is ``result["test"]``.
-    """
-    trainer = RunTrainer(cfg, Path(run_dir), resume=resume, stream=stream, init=init)
-    try:
-        result = trainer.run()
-        result["test"] = test(trainer) if test is not None and trainer.dist.is_main else None
-        return result
-    finally:
-        trainer.close()

@@ -179,7 +179,7 @@ def test_import_then_export_gives_back_the_same_model(tmp_path, capsys):
 def test_a_seqmap_trained_language_model_exports_to_gpt2(tmp_path):
     from seqmap.config import RunConfig, from_dict
     from seqmap.hub import export_hf
-    from seqmap.training.trainer import train
+    from seqmap.training.run_trainer import train
 
     (tmp_path / "train.txt").write_text("the cat sat on the mat .\\na dog met a cat .\\n" * 30)
     (tmp_path / "valid.txt").write_text("the cat sat on the mat .\\n")

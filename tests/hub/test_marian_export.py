@@ -69,7 +69,7 @@ def test_round_trip_translates_as_the_original(round_trip):
 
 def _trained(tmp_path, **model):
     from seqmap.config import RunConfig, from_dict
-    from seqmap.training.trainer import train
+    from seqmap.training.run_trainer import train
 
     pairs = "\n".join(f"{s}\t{t}" for s, t in [("a b c", "c b a"), ("b c d", "d c b"), ("c a b", "b a c")] * 20)
     (tmp_path / "train.tsv").write_text(pairs + "\n")

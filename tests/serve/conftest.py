@@ -10,7 +10,7 @@ import torch
 
 from seqmap.config import RunConfig, from_dict
 from seqmap.runs import LoadedRun, load_run
-from seqmap.training.trainer import train
+from seqmap.training.run_trainer import train
 
 LETTERS = "abcdefghij"
 

@@ -19,8 +19,9 @@ from seqmap.config import RunConfig, from_dict
 from seqmap.data.tokenizers import load_tokenizer
 from seqmap.evaluation import evaluate_test_split
 from seqmap.training import trainer as trainer_module
+from seqmap.training.run_trainer import train
 from seqmap.training.runlog import read_metrics
-from seqmap.training.trainer import TrainingError, train
+from seqmap.training.trainer import TrainingError
 
 LETTERS = "abcdefghij"
 
