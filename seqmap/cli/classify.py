@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from seqmap.cli.common import UserError, load, read_run_image, run_parser
+from seqmap.cli.common import UserError, load, run_parser
 
 
 def add_parser(commands) -> None:
@@ -55,3 +55,11 @@ def cmd_classify(args: argparse.Namespace) -> int:
         top = probs.topk(k)
         print("\t".join(f"{labels.decode(i)}\t{p:.3f}" for p, i in zip(top.values.tolist(), top.indices.tolist())))
     return 0
+
+
+def read_run_image(run, path: str):
+    """An image file as the image classifier ``run`` reads it: (C, H, W) uint8 in its channels and size."""
+    from seqmap.data.images import read_image_file
+
+    m = run.cfg.model
+    return read_image_file(path, "L" if m.image_channels == 1 else "RGB", (m.image_height, m.image_width))

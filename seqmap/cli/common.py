@@ -53,14 +53,6 @@ def load(args: argparse.Namespace, task: str | tuple[str, ...] | None = None):
     return run
 
 
-def read_run_image(run, path: str):
-    """An image file as the image classifier ``run`` reads it: (C, H, W) uint8 in its channels and size."""
-    from seqmap.data.images import read_image_file
-
-    m = run.cfg.model
-    return read_image_file(path, "L" if m.image_channels == 1 else "RGB", (m.image_height, m.image_width))
-
-
 def decode_config(run, args: argparse.Namespace):
     """The run's decode config with ``--decode.KEY VALUE`` overrides; other sections cannot change here."""
     from seqmap.config import DecodeConfig, apply_overrides, from_dict, to_dict
@@ -71,18 +63,3 @@ def decode_config(run, args: argparse.Namespace):
         raise UserError(f"only --decode.* options can be overridden here, got --{other[0]}.*")
     values = {**to_dict(run.cfg.decode), **overrides.get("decode", {})}
     return from_dict(DecodeConfig, values, "decode")
-
-
-def load_run_graph(run, path: str | None = None):
-    """The graph of a graph run (``GraphData``): ``path`` (``--data``), else the run's ``data.train``."""
-    import dataclasses
-
-    from seqmap.data.graphs import GraphError
-    from seqmap.data.pipeline import load_graph
-
-    data_cfg = run.cfg.data if path is None else dataclasses.replace(run.cfg.data, train=path)
-    try:
-        return load_graph(data_cfg, run.checkpoint, log=lambda _: None)
-    except GraphError as e:
-        hint = "" if path is not None else " (or give the graph with --data GRAPH.npz)"
-        raise UserError(f"{e}{hint}") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from seqmap.cli.common import UserError, decode_config, load_run_graph
+from seqmap.cli.common import UserError, decode_config
 
 
 def evaluate_task(run, args: argparse.Namespace) -> int:
@@ -88,3 +88,18 @@ def _evaluate_speech(run, args: argparse.Namespace) -> int:
     print("\n".join([*result_lines(result, tuple(run.cfg.data.exclude_speakers)),
                      f"transcripts (reference, hypothesis, speaker) written to {out}"]))
     return 0
+
+
+def load_run_graph(run, path: str | None = None):
+    """The graph of a graph run (``GraphData``): ``path`` (``--data``), else the run's ``data.train``."""
+    import dataclasses
+
+    from seqmap.data.graphs import GraphError
+    from seqmap.data.pipeline import load_graph
+
+    data_cfg = run.cfg.data if path is None else dataclasses.replace(run.cfg.data, train=path)
+    try:
+        return load_graph(data_cfg, run.checkpoint, log=lambda _: None)
+    except GraphError as e:
+        hint = "" if path is not None else " (or give the graph with --data GRAPH.npz)"
+        raise UserError(f"{e}{hint}") from None

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from seqmap.cli.common import UserError, load_run_graph
+from seqmap.cli.common import UserError
+from seqmap.cli.evaluate_tasks import load_run_graph
 
 
 def _int_option(name: str, value: str) -> int:
