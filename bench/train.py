@@ -72,7 +72,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/machine.py
 from machine import cpu_name  # noqa: E402
 
 from seqmap.config import ModelConfig, TrainConfig  # noqa: E402
-from seqmap.data.batching import collate_pairs, token_budget_batches  # noqa: E402
+from seqmap.data.batching import collate_pairs  # noqa: E402
+from seqmap.data.samplers import token_budget_batches  # noqa: E402
 from seqmap.data.tokenizers import BOS, EOS, PAD  # noqa: E402
 from seqmap.models.builder import build_model  # noqa: E402
 from seqmap.nn.dropout import Dropout  # noqa: E402

@@ -4,7 +4,8 @@ Tokenizers (``tokenizers.py``; the interface in ``tokenizer_base.py``, BPE/unigr
 ``sentencepiece_tokenizer.py``) with text normalization
 (``normalize.py``), reading files with clear errors (``corpus.py``), named and bundled corpora
 (``datasets.py``), dictionary pairs (``lexicon.py``), the config-to-ids pipeline (``pipeline.py``),
-batching (``batching.py``), and the synthetic toy tasks re-exported here (``synthetic.py``).
+which examples form a batch (``samplers.py``) and their padded tensors (``batching.py``), and the synthetic
+toy tasks re-exported here (``synthetic.py``).
 """
 
 from seqmap.data.batching import Batch

@@ -1,7 +1,7 @@
 """Truncated back-propagation through time: each batch starts from the previous batch's final state.
 
 A recurrent language model trained on consecutive windows of the same text rows
-(``seqmap.data.batching.lm_stream_rows``) sees, through its carried hidden state,
+(``seqmap.data.samplers.lm_stream_rows``) sees, through its carried hidden state,
 all the text before a window, while gradients stop at the window's start
 (Zaremba et al. 2014; ``train.stateful``). ``CarriedState`` wraps such a model
 for the trainer: it speaks ``forward(src, src_mask, tgt) -> logits`` like any

@@ -26,20 +26,7 @@ import numpy as np
 import torch
 
 from seqmap.config import HIGHER_IS_BETTER, RunConfig, save_config, to_dict
-from seqmap.data.batching import (
-    Batch,
-    EpochIterator,
-    collate_images,
-    collate_labels,
-    collate_pairs,
-    collate_speech,
-    fixed_size_batches,
-    lm_random_chunks,
-    lm_stream_rows,
-    lm_stream_window,
-    shard,
-    token_budget_batches,
-)
+from seqmap.data.batching import Batch, collate_images, collate_labels, collate_pairs, collate_speech
 from seqmap.data.images import random_shift
 from seqmap.data.pipeline import (
     load_classification,
@@ -48,6 +35,15 @@ from seqmap.data.pipeline import (
     load_lm,
     load_speech,
     load_translation,
+)
+from seqmap.data.samplers import (
+    EpochIterator,
+    fixed_size_batches,
+    lm_random_chunks,
+    lm_stream_rows,
+    lm_stream_window,
+    shard,
+    token_budget_batches,
 )
 from seqmap.data.tokenizers import PAD
 from seqmap.models.builder import build_model

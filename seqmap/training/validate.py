@@ -13,16 +13,8 @@ import torch
 
 from seqmap import metrics as mt
 from seqmap.config import CLASSIFICATION_TASKS, DataConfig, RunConfig
-from seqmap.data.batching import (
-    Batch,
-    collate_images,
-    collate_labels,
-    collate_pairs,
-    collate_speech,
-    fixed_size_batches,
-    lm_chunks,
-    token_budget_batches,
-)
+from seqmap.data.batching import Batch, collate_images, collate_labels, collate_pairs, collate_speech
+from seqmap.data.samplers import fixed_size_batches, lm_chunks, token_budget_batches
 from seqmap.data.tokenizers import PAD
 from seqmap.decoding.speech import transcribe
 from seqmap.decoding.text import translate_ids
