@@ -22,7 +22,8 @@ def add_parser(commands) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="attention RUN_DIR --text T: heatmaps of what each output token attended to\n"
                     "  (source x output; Transformers: every layer and head, or --layer/--head;\n"
-                    "  --self encoder for the encoder's self-attention).\n"
+                    "  --self encoder for the encoder's self-attention; --copy for a pointer-generator's\n"
+                    "  copy head, with each output's p_gen).\n"
                     "attention RUN_DIR --image FILE: an image classifier (ViT): attention rollout and the\n"
                     "  last layer's class-token attention over the image.\n"
                     "attention RUN_DIR --node ID: a graph run (model.family gat): the node's attention over\n"
@@ -46,6 +47,8 @@ def add_parser(commands) -> None:
     plot.add_argument("--layer", type=int, help="attention: one layer (default: all)")
     plot.add_argument("--head", help="attention: one head, or 'mean' (default: all)")
     plot.add_argument("--self", choices=["encoder", "decoder"], help="attention: self-attention instead of cross")
+    plot.add_argument("--copy", action="store_true", help="attention: a pointer-generator's copy head (model.copy) "
+                      "instead of cross, each output labelled with its p_gen")
     plot.add_argument("--checkpoint", default="best", help="attention: best (default), last or a directory")
     plot.add_argument("--title", help="figure title")
     plot.add_argument("--d-model", type=int, default=128, help="positional: width (default 128)")
@@ -102,5 +105,8 @@ def _plot(args: argparse.Namespace, visualize) -> None:
             return
         if not args.text:
             raise UserError("seqmap plot attention needs --text SENTENCE")
-        visualize.plot_run_attention(run, args.text, out, hypothesis=args.hyp, which=args.self or "cross",
+        if args.copy and args.self:
+            raise UserError("--copy and --self pick different attentions: give one of them")
+        which = args.self or ("copy" if args.copy else "cross")
+        visualize.plot_run_attention(run, args.text, out, hypothesis=args.hyp, which=which,
                                      layer=args.layer, head=head, title=args.title)

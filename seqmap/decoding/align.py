@@ -1,6 +1,7 @@
 """Which source token each output token looked at: attention by forced decoding, and alignments from it.
 
     weights = forced_attention(model, src_ids, hyp_ids)      # (L, H, T, S), or None without attention
+    copy, p_gen = copy_attention(model, src_ids, hyp_ids)    # a pointer-generator's copy head: (T, S), (T,)
     positions = align(weights)                               # per output token, the source position attended most
     alignment_lines(src_pieces, tgt_pieces, positions)      # ["house -> Haus (1)", ...]
     moses_pairs(positions)                                   # "0-0 1-1 1-2"
@@ -77,6 +78,24 @@ def forced_attention(model, src_ids: Sequence[int] | None, hyp_ids: Sequence[int
     assert attention.dim() == 5 and attention.size(0) == 1, f"decode_step attention {tuple(attention.shape)}"
     weights = attention[0].float().cpu()  # (L, H, n + 1, S)
     return weights if eos else weights[:, :, :n]
+
+
+@torch.no_grad()
+def copy_attention(model, src_ids: Sequence[int], hyp_ids: Sequence[int], *, bos: int = BOS,
+                   device: torch.device | str = "cpu") -> tuple[Tensor, Tensor] | None:
+    """A pointer-generator's copy attention for one (source, hypothesis) pair, by forced decoding.
+
+    Returns (T, S) weights and (T,) p_gen (the probability of generating rather than copying) on the
+    CPU, one row per hypothesis token plus the step that chose EOS, or None when the model has no
+    copy head (it offers no ``copy_attention`` method, or ``model.copy`` is off).
+    """
+    method = getattr(model, "copy_attention", None)
+    if method is None or getattr(model, "copy", None) is None:
+        return None
+    src, src_mask = _sources(src_ids, device)
+    tokens, _ = _inputs(hyp_ids, bos, device)
+    weights, p_gen = method(src, src_mask, tokens)
+    return weights[0].float().cpu(), p_gen[0].float().cpu()
 
 
 @torch.no_grad()

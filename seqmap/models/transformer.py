@@ -179,6 +179,17 @@ class Transformer(nn.Module):
         _, weights = self.encoder(src, src_mask, need_weights=True)
         return torch.stack(weights, dim=1)
 
+    def copy_attention(self, src: Tensor, src_mask: Tensor | None, tgt: Tensor) -> tuple[Tensor, Tensor]:
+        """The copy head's weights (B, T, S) and p_gen (B, T) over the decoder inputs tgt (B, T), for plots."""
+        if self.copy is None:
+            raise ValueError("this Transformer has no copy head (model.copy: false)")
+        memory = self.encode(src, src_mask)
+        inputs = self._in_vocab(tgt, self.decoder.embedding)
+        features, _ = self.decoder(inputs, memory, features=True)
+        weights, p_gen = self.copy(features, self.decoder.embedding(inputs), memory.states,
+                                   self.copy.project_memory(memory.states), memory.mask)
+        return weights, p_gen.squeeze(-1)
+
     def decoder_self_attention(self, src: Tensor, src_mask: Tensor | None, tgt: Tensor) -> Tensor:
         """Decoder causal self-attention weights (B, L, H, T, T) over the decoder inputs tgt (B, T), for plots."""
         _, weights = self.decoder(tgt, self.encode(src, src_mask), need_attention=True, which="self")

@@ -32,9 +32,10 @@ from matplotlib import font_manager
 from matplotlib.figure import Figure
 from matplotlib.ft2font import FT2Font
 
-from seqmap.data.pipeline import classification_ids
+from seqmap.data.pipeline import classification_ids, truncate_source
 from seqmap.data.tokenizers import BOS, EOS
-from seqmap.decoding.align import NoAttentionError, decoder_self_attention, encoder_attention, forced_attention
+from seqmap.decoding.align import (NoAttentionError, copy_attention, decoder_self_attention, encoder_attention,
+                                   forced_attention)
 from seqmap.visualize.figures import check_format, figure_inches, save_figure
 
 DEFAULT_FONT = "DejaVu Sans"  # matplotlib's own font, always installed
@@ -236,7 +237,7 @@ def _ticks(ax, src_labels: list[str], tgt_labels: list[str], steps: tuple[int, i
                   fontfamily=fonts)
 
 
-ATTENTION_KINDS = ("cross", "encoder", "decoder")
+ATTENTION_KINDS = ("cross", "encoder", "decoder", "copy")
 
 
 def plot_run_attention(run, text: str, path: str | Path, *, hypothesis: str | None = None, which: str = "cross",
@@ -246,7 +247,10 @@ def plot_run_attention(run, text: str, path: str | Path, *, hypothesis: str | No
     The hypothesis is the run's translation of ``text`` (``translate_ids`` with the
     run's decode settings) unless ``hypothesis`` gives one to force instead (e.g. a
     reference). ``which``: ``cross`` (outputs over the source), ``encoder`` (source
-    self-attention) or ``decoder`` (causal self-attention over BOS + output). For a
+    self-attention), ``decoder`` (causal self-attention over BOS + output) or ``copy``
+    (a pointer-generator's copy head over the source, each row labelled with its p_gen, the
+    probability of generating rather than copying). A source longer than the run's
+    ``data.max_src_len`` is read up to it, as ``translate`` reads it. For a
     language model ``text`` is the sequence itself and the plot is its causal
     self-attention (``cross`` and ``decoder`` are the same there).
 
@@ -266,6 +270,9 @@ def plot_run_attention(run, text: str, path: str | Path, *, hypothesis: str | No
                               xlabel="keys", ylabel="queries")
     src_ids = run.src_tok.encode(text)
     src_labels = run.src_tok.tokens(text) or run.src_tok.pieces([EOS])  # an empty source reads one EOS
+    if run.cfg.data.max_src_len > 0 and len(src_ids) > run.cfg.data.max_src_len:  # what translate reads
+        src_ids = truncate_source(src_ids, run.cfg.data.max_src_len)
+        src_labels = src_labels[:len(src_ids)]
     if getattr(run, "labels", None) is not None:  # a classifier: its encoder's self-attention is all it has
         src_ids = classification_ids(run.src_tok, text, run.cfg.data.max_len)  # what it reads: the first max_len
         return _plot_classifier_attention(run, text, src_ids, src_labels[:len(src_ids)] or src_labels, path, which,
@@ -283,6 +290,15 @@ def plot_run_attention(run, text: str, path: str | Path, *, hypothesis: str | No
         hyp_labels = tgt_tok.pieces(hyp_ids)
     else:
         hyp_ids, hyp_labels = tgt_tok.encode(hypothesis), tgt_tok.tokens(hypothesis)
+    if which == "copy":
+        copied = copy_attention(model, src_ids, hyp_ids, device=device)
+        if copied is None:
+            raise NoAttentionError(f"{type(model).__name__} has no copy head (model.copy: false); plot its "
+                                   "cross-attention instead")
+        weights, p_gen = copied
+        rows = [f"{label} ({p:.2f})" for label, p in zip([*hyp_labels, eos], p_gen.tolist())]
+        return plot_attention(weights, src_labels, rows, path, title=title or "copy attention",
+                              ylabel="output (p_gen: generated rather than copied)")
     if which == "decoder":
         weights = decoder_self_attention(model, src_ids, hyp_ids, device=device)
         labels = [bos, *hyp_labels]
@@ -313,8 +329,7 @@ def _plot_classifier_attention(run, text: str, src_ids: list[int], src_labels: l
 def _translate(run, src_ids: list[int]) -> list[int]:
     from seqmap.decoding.text import translate_ids  # decoding at plot time only
 
-    d = run.cfg.decode
-    return translate_ids(run.model, [src_ids], max_len_a=d.max_len_a, max_len_b=d.max_len_b, device=run.device)[0]
+    return translate_ids(run.model, [src_ids], run.cfg.decode, device=run.device)[0]  # as `seqmap translate` does
 
 
 def _title(kind: str, layer: int | None, head: int | str | None) -> str:
