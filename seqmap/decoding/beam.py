@@ -34,7 +34,10 @@ batch keeps its sentences, beams only move inside their sentence's block of k
 rows, so the search calls ``state.reorder(index, same_sources=True)``: per-source
 tensors (cross-attention keys/values, source masks) stay where they are, and an
 identity reorder (always, with k = 1) is skipped. Expanding to k rows and
-dropping finished sentences reorder everything, memory included.
+dropping finished sentences reorder everything, memory included; a state may
+then keep one copy of a per-source tensor for each block of rows that read the
+same source (the Transformer's cross-attention keys/values, which the k beams of
+a sentence read as k queries: ``seqmap.models.transformer.TransformerState``).
 
 ``no_repeat_ngram`` n > 0 gives -inf, after the softmax, to every token that would complete an n-gram
 the beam already holds (its prompt included), before the candidates are expanded (``seqmap.decoding.greedy.
