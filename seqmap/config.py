@@ -377,6 +377,9 @@ class DecodeConfig:
     temperature: float = 1.0  # sampling
     top_k: int = 0  # sampling: keep the k most likely tokens (0 = off)
     top_p: float = 1.0  # sampling: nucleus mass (1 = off)
+    no_repeat_ngram: int = 0  # greedy, beam and sampling: a token that would complete an n-gram of this size
+    #                             already in its hypothesis (prompt included) gets -inf (fairseq's
+    #                             --no-repeat-ngram-size); 0 = off
 
     def __post_init__(self) -> None:
         for name in ("beam_size", "max_tokens", "max_new_tokens"):
@@ -387,6 +390,9 @@ class DecodeConfig:
         if not MIN_TOP_P <= self.top_p <= 1.0:
             raise ConfigError(f"decode.top_p must be in [{MIN_TOP_P:g}, 1] (1 = off), got {self.top_p}")
         _choice("decode", "beam_ranking", self.beam_ranking, ("gnmt", "hf"))
+        if self.no_repeat_ngram < 0:
+            raise ConfigError(f"decode.no_repeat_ngram must be >= 0 (0 = off, 3 = no trigram twice), "
+                              f"got {self.no_repeat_ngram}")
         if self.hf_early_stopping not in (True, False, "never"):
             raise ConfigError(f"decode.hf_early_stopping must be true, false or never, got {self.hf_early_stopping!r}")
         if not 0.0 <= self.length_penalty <= MAX_LENGTH_PENALTY:

@@ -34,7 +34,14 @@ batch keeps its sentences, beams only move inside their sentence's block of k
 rows, so the search calls ``state.reorder(index, same_sources=True)``: per-source
 tensors (cross-attention keys/values, source masks) stay where they are, and an
 identity reorder (always, with k = 1) is skipped. Expanding to k rows and
-dropping finished sentences reorder everything, memory included.
+dropping finished sentences reorder everything, memory included; a state may
+then keep one copy of a per-source tensor for each block of rows that read the
+same source (the Transformer's cross-attention keys/values, which the k beams of
+a sentence read as k queries: ``seqmap.models.transformer.TransformerState``).
+
+``no_repeat_ngram`` n > 0 gives -inf, after the softmax, to every token that would complete an n-gram
+the beam already holds (its prompt included), before the candidates are expanded (``seqmap.decoding.greedy.
+repeated_ngrams``; fairseq's ``--no-repeat-ngram-size``, ``transformers``' ``no_repeat_ngram_size``).
 
 Scores are sums of natural-log probabilities of the generated tokens (EOS
 included, prompt excluded). Hypotheses are ranked by the normalized score
@@ -67,7 +74,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqmap.decoding.greedy import GreedyResult, last_query, max_lengths, next_log_probs, pad_keys, start_tokens
+from seqmap.decoding.greedy import (
+    GreedyResult,
+    ban_repeats,
+    check_no_repeat_ngram,
+    last_query,
+    max_lengths,
+    next_log_probs,
+    pad_keys,
+    start_tokens,
+)
 
 
 def gnmt_penalty(length: int, alpha: float) -> float:
@@ -277,6 +293,12 @@ def stopped_hf(beams: Beams, limits: Tensor, beam_size: int, alpha: float, early
     return stop
 
 
+def history(beams: Beams, prompt: Tensor) -> Tensor:
+    """(G*n, P + t) what each live beam has read: its sentence's prompt (B, P) row, then its tokens."""
+    prompts = prompt.index_select(0, beams.sentences.to(prompt.device)).repeat_interleave(beams.width, dim=0)
+    return torch.cat([prompts, beams.tokens], dim=1)
+
+
 def keep_sentences(beams: Beams, keep: Tensor) -> Beams:
     """The beams of the sentences ``keep`` (G,) bool (CPU)."""
     k = beams.width
@@ -306,6 +328,7 @@ def beam_search(
     ranking: str = "gnmt",
     early_stopping: bool | str = False,
     absent: Sequence[int] = (),
+    no_repeat_ngram: int = 0,
 ) -> BeamResult:
     """Beam search for a batch of sentences (see the module docstring for the algorithm and stopping rule).
 
@@ -331,6 +354,7 @@ def beam_search(
         ranking: gnmt (seqmap's) or hf (``transformers``' ``generate``; see the module docstring).
         early_stopping: ranking hf: ``transformers``' early_stopping (True, False or "never").
         absent: ranking hf: ids left out of the softmax (those the original model has no token for).
+        no_repeat_ngram: n > 0: never extend a beam into an n-gram it already holds (module docstring).
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
@@ -338,6 +362,7 @@ def beam_search(
         raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}")
     if ranking not in ("gnmt", "hf"):
         raise ValueError(f"ranking must be gnmt or hf, got {ranking!r}")
+    check_no_repeat_ngram(no_repeat_ngram)
     hf = ranking == "hf"
     step_input = start_tokens(src, prompt, bos)
     batch, device = step_input.size(0), step_input.device
@@ -348,6 +373,8 @@ def beam_search(
                   torch.empty(batch, 0, dtype=torch.long, device=device), finished=[[] for _ in range(batch)])
     for _ in range(int(limits.max())):
         log_probs = next_log_probs(logits, banned, absent if hf else None)  # (G*n, V)
+        if no_repeat_ngram:
+            log_probs = ban_repeats(log_probs, history(beams, step_input), no_repeat_ngram)
         candidates = prune(expand(beams.scores, log_probs), beam_size, log_probs.size(-1))
         step_attention = last_query(attn) if need_attention else None
         at_limit = limits[beams.sentences] <= beams.tokens.size(1) + 1 if hf else None  # (G,)

@@ -10,6 +10,10 @@ Prompts of one length are fed as one (B, P) tensor. Prompts of unequal length
 (a list) are each fed alone and their states stacked (``prefill_each``), for a
 model whose decoder state offers ``stack`` (the decoder-only and RNN language
 models); every row then decodes as it would alone.
+
+``no_repeat_ngram`` n > 0 (fairseq's ``--no-repeat-ngram-size``) gives -inf, after the softmax, to
+every token that would complete an n-gram its row already holds (``repeated_ngrams``); the rows are
+the decoder's inputs, prompt (BOS or forced prefix) included, and the tokens generated so far.
 """
 
 from __future__ import annotations
@@ -69,6 +73,39 @@ def next_log_probs(logits: Tensor, banned: Sequence[int] = (), absent: Sequence[
     if after:
         log_probs = log_probs.index_fill(-1, torch.tensor(after, device=last.device), float("-inf"))
     return log_probs
+
+
+def repeated_ngrams(history: Tensor, n: int, vocab: int) -> Tensor:
+    """(R, t) token history -> (R, vocab) bool, True at each token that would complete an n-gram of its row.
+
+    Token x is banned for a row when (its last n - 1 tokens, x) is an n-gram the row
+    already holds; n = 1 bans every token the row holds, n = 0 bans nothing. Negative
+    ids are padding (``left_padded``: rows of unequal length padded on the left with
+    -1), which never form a match with real tokens: a row's tail can only equal an
+    earlier n-gram's first n - 1 tokens if both hold the same number of leading -1,
+    which puts them at the same place.
+    """
+    rows, t = history.shape
+    banned = torch.zeros(rows, vocab + 1, dtype=torch.bool, device=history.device)  # + a column for no ban
+    if n > 0 and t >= n:
+        grams = history.unfold(1, n, 1)  # (R, t - n + 1, n) every n-gram of each row
+        tail = history[:, t - n + 1:]  # (R, n - 1) what the next token would complete
+        completes = (grams[..., :-1] == tail[:, None]).all(dim=-1)  # (R, t - n + 1)
+        last = grams[..., -1]
+        banned.scatter_(1, last.masked_fill(~completes | (last < 0) | (last >= vocab), vocab), True)
+    return banned[:, :vocab]
+
+
+def ban_repeats(log_probs: Tensor, history: Tensor, n: int) -> Tensor:
+    """(R, V) log-probabilities with -inf at the tokens that would repeat an n-gram of ``history`` (R, t)."""
+    if n <= 0:
+        return log_probs
+    return log_probs.masked_fill(repeated_ngrams(history, n, log_probs.size(-1)), float("-inf"))
+
+
+def check_no_repeat_ngram(n: int) -> None:
+    if n < 0:
+        raise ValueError(f"no_repeat_ngram must be >= 0 (0 = off), got {n}")
 
 
 def start_tokens(src: Tensor | None, prompt: Tensor | None, bos: int) -> Tensor:
@@ -142,6 +179,11 @@ def prefill_each(model, memory, prompts: Sequence[Tensor], *,
     return torch.cat(logits), stack(states), torch.cat([pad_keys(a, keys) for a in attention])
 
 
+def left_padded(rows: Sequence[Tensor]) -> Tensor:
+    """1-D token rows of unequal length -> (B, longest), padded on the left with -1 (see ``repeated_ngrams``)."""
+    return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True, padding_value=-1, padding_side="left")
+
+
 @torch.no_grad()
 def greedy(
     model,
@@ -155,6 +197,7 @@ def greedy(
     prompt: Tensor | None = None,
     need_attention: bool = False,
     banned: Sequence[int] = (),
+    no_repeat_ngram: int = 0,
 ) -> GreedyResult:
     """Decode a batch greedily.
 
@@ -174,22 +217,26 @@ def greedy(
             returned tokens.
         need_attention: also return the attention of every step (see ``GreedyResult``).
         banned: ids never generated (see ``next_log_probs``); text-level decoding bans PAD, BOS and UNK.
+        no_repeat_ngram: n > 0: never complete an n-gram a row already holds (see the module docstring).
 
     Returns:
         GreedyResult(tokens (B, <= max_len), scores (B,), lengths (B,), attention).
     """
     return decode_loop(model, src, src_mask, bos=bos, eos=eos, max_len=max_len, pad=pad, prompt=prompt,
-                       choose=pick_best, need_attention=need_attention, banned=banned)
+                       choose=pick_best, need_attention=need_attention, banned=banned,
+                       no_repeat_ngram=no_repeat_ngram)
 
 
 @torch.no_grad()
 def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int, eos: int, max_len: int | Tensor,
                 pad: int = 0, prompt: Tensor | Sequence[Tensor] | None = None, choose: Choose = pick_best,
-                need_attention: bool = False, banned: Sequence[int] = ()) -> GreedyResult:
+                need_attention: bool = False, banned: Sequence[int] = (),
+                no_repeat_ngram: int = 0) -> GreedyResult:
     """One token per row per step, chosen by ``choose`` from the log-probabilities (greedy, sampling).
 
     ``prompt``: (B, P), or a list of B 1-D prompts of any lengths (see ``greedy``).
     """
+    check_no_repeat_ngram(no_repeat_ngram)
     ragged = prompt is not None and not isinstance(prompt, Tensor)
     step_input = None if ragged else start_tokens(src, prompt, bos)  # (B, P)
     if ragged and not prompt:
@@ -206,11 +253,18 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     scores = torch.zeros(batch, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
+    history = None  # (B, P + step) what each row has read and generated, for no_repeat_ngram
+    if no_repeat_ngram:
+        history = left_padded(prompt) if ragged else step_input
     out, attention = [], []
     for step in range(int(limits.max())):
         log_probs = next_log_probs(logits, banned)  # (B, V)
+        if history is not None:
+            log_probs = ban_repeats(log_probs, history, no_repeat_ngram)
         best, best_score = choose(log_probs)  # (B,), (B,)
         best = best.masked_fill(finished, pad)
+        if history is not None:
+            history = torch.cat([history, best[:, None]], dim=1)
         scores += best_score.masked_fill(finished, 0.0)
         lengths += (~finished).long()
         out.append(best)

@@ -1,10 +1,12 @@
 """int8 decoding on the CPU: dynamic quantization of a trained model's Linear layers.
 
 ``quantize(model, "int8")`` replaces each ``nn.Linear`` that is called as a module
-(feed-forward layers, attention output projections, the output layer) with torch's
-dynamically quantized Linear: int8 weights, per-tensor scale, activations quantized
-per call. Attention's ``in_proj`` stays float32: cross-attention slices its weight
-rows (``MultiHeadAttention.project_memory``), which a packed int8 weight cannot do.
+(feed-forward layers, self-attention's packed q|k|v ``in_proj``, attention output
+projections, the output layer) with torch's dynamically quantized Linear: int8
+weights, per-tensor scale, activations quantized per call. Cross-attention's
+``in_proj`` stays float32: it slices its weight rows (queries per step, keys and
+values once per source, ``MultiHeadAttention.project_memory``), which a packed int8
+weight cannot do.
 
 The kernel is ``torch.ao.quantization.quantize_dynamic`` (fbgemm/x86 backend). torch
 2.13 marks it deprecated in favour of torchao, which is not a dependency here; its
@@ -19,6 +21,8 @@ import warnings
 
 import torch
 from torch import nn
+
+from seqmap.nn.layers import DecoderLayer
 
 QUANTIZE_CHOICES = ("none", "int8")
 
@@ -35,8 +39,9 @@ def quantize(model: nn.Module, mode: str | None, device: torch.device | str = "c
         raise QuantizeError(f"--quantize {mode!r} is not supported; use one of {', '.join(QUANTIZE_CHOICES)}")
     if torch.device(device).type != "cpu":
         raise QuantizeError(f"--quantize int8 runs on the CPU only; drop --device {device} or --quantize")
-    names = {name for name, m in model.named_modules()
-             if type(m) is nn.Linear and not name.endswith("in_proj")}
+    sliced = {f"{name}.cross_attn.in_proj".lstrip(".") for name, m in model.named_modules()
+              if isinstance(m, DecoderLayer)}
+    names = {name for name, m in model.named_modules() if type(m) is nn.Linear and name not in sliced}
     spec = {name: torch.ao.quantization.default_dynamic_qconfig for name in names}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=DeprecationWarning)

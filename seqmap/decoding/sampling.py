@@ -54,11 +54,13 @@ def sampling_choice(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
 @torch.no_grad()
 def sample(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int, eos: int, max_len: int, pad: int = 0,
            prompt: Tensor | None = None, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-           generator: torch.Generator | None = None, banned: Sequence[int] = ()) -> GreedyResult:
+           generator: torch.Generator | None = None, banned: Sequence[int] = (),
+           no_repeat_ngram: int = 0) -> GreedyResult:
     """Sample a continuation per row; scores are the model's log-probabilities of the drawn tokens.
 
-    ``banned`` ids are never drawn (see ``seqmap.decoding.greedy.next_log_probs``).
+    ``banned`` ids are never drawn (see ``seqmap.decoding.greedy.next_log_probs``), nor tokens that would
+    repeat an n-gram of size ``no_repeat_ngram`` (see ``seqmap.decoding.greedy``).
     """
     choose = sampling_choice(temperature, top_k, top_p, generator)
     return decode_loop(model, src, src_mask, bos=bos, eos=eos, max_len=max_len, pad=pad, prompt=prompt,
-                       choose=choose, banned=banned)
+                       choose=choose, banned=banned, no_repeat_ngram=no_repeat_ngram)

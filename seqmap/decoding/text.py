@@ -7,9 +7,10 @@ and put back in their input order.
 How to decode comes from a ``DecodeConfig`` (fields may be overridden by keyword,
 e.g. ``beam_size=5``): ``beam_size`` 1 is greedy, more is beam search with the
 GNMT ``length_penalty``; ``sample=True`` draws instead (``temperature``,
-``top_k``, ``top_p``, seeded by ``seed``). ``max_tokens`` bounds the
-beam-expanded source tokens of a batch, rows x beams x (longest + 1), so a large
-test set never runs out of memory.
+``top_k``, ``top_p``, seeded by ``seed``); ``no_repeat_ngram`` n > 0 keeps
+each of them from repeating an n-gram. ``max_tokens`` bounds the beam-expanded
+source tokens of a batch, rows x beams x (longest + 1), so a large test set
+never runs out of memory.
 
 With ``n_best == 1`` the functions return one output per input; with
 ``n_best > 1`` they return, per input, its n-best list of ``Scored`` entries
@@ -100,7 +101,8 @@ def decode_batch(model, src: Tensor | None, src_mask: Tensor | None, prompt: Ten
             raise ValueError(f"n_best={n_best} needs beam search (sampling draws one output per input)")
         choose = sampling_choice(decode.temperature, decode.top_k, decode.top_p, generator) if sample else pick_best
         result = decode_loop(model, src, src_mask, bos=BOS, eos=EOS, max_len=max_len, pad=PAD, prompt=prompt,
-                             choose=choose, need_attention=need_attention, banned=NEVER_GENERATED)
+                             choose=choose, need_attention=need_attention, banned=NEVER_GENERATED,
+                             no_repeat_ngram=decode.no_repeat_ngram)
         out = []
         for b, (length, score) in enumerate(zip(result.lengths.tolist(), result.scores.tolist())):
             attention = None if result.attention is None else result.attention[b, :, :, :length]
@@ -113,7 +115,8 @@ def decode_batch(model, src: Tensor | None, src_mask: Tensor | None, prompt: Ten
     return beam_search(model, src, src_mask, beam_size=decode.beam_size, bos=BOS, eos=EOS, max_len=max_len,
                        length_penalty=decode.length_penalty, n_best=n_best, prompt=prompt,
                        need_attention=need_attention, pad=PAD, banned=NEVER_GENERATED, ranking=decode.beam_ranking,
-                       early_stopping=decode.hf_early_stopping, absent=decode.absent_ids).hypotheses
+                       early_stopping=decode.hf_early_stopping, absent=decode.absent_ids,
+                       no_repeat_ngram=decode.no_repeat_ngram).hypotheses
 
 
 def _generator(sample: bool, seed: int, device) -> torch.Generator | None:

@@ -56,6 +56,7 @@ def _generation_config(model, decode: DecodeConfig, family: str) -> None:
     g.num_beams = decode.beam_size
     g.length_penalty = decode.length_penalty
     g.do_sample = False
+    g.no_repeat_ngram_size = decode.no_repeat_ngram
     if decode.beam_ranking == "hf":
         g.early_stopping = decode.hf_early_stopping
     if family == "transformer" and decode.max_len_a == 0:  # a fixed length limit; Marian's counts its start token

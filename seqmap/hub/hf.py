@@ -256,6 +256,7 @@ def _decode_config(source: Path, config: dict[str, Any], tok: HFTokenizer, famil
     try:
         return DecodeConfig(beam_size=beams, length_penalty=float(alpha), beam_ranking="hf",
                             hf_early_stopping=gen.get("early_stopping", False),
+                            no_repeat_ngram=gen.get("no_repeat_ngram_size") or 0,
                             absent_ids=[i for i in range(4) if tok.to_hf(i) is None], **lengths)
     except ConfigError as e:
         raise HubError(f"{where}: {e}") from None

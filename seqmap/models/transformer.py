@@ -13,6 +13,7 @@ output projection); ``seqmap.models.builder`` wires them from a config.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -66,15 +67,32 @@ def cross_mask(src_mask: Tensor | None) -> Tensor | None:
     return key_mask(src_mask)
 
 
+def source_blocks(row_sources: Tensor) -> tuple[Tensor, int]:
+    """The source of each decoder row (B,) -> (the source of each block of r consecutive rows (B / r,), r).
+
+    r is the largest block size that fits every run of equal sources: k beams per sentence
+    give r = k and one entry per sentence; rows in no order give r = 1 and one entry per row.
+    """
+    sources, counts = torch.unique_consecutive(row_sources, return_counts=True)
+    per_source = math.gcd(*counts.tolist()) or 1
+    return sources.repeat_interleave(counts // per_source), per_source
+
+
 @dataclass
 class TransformerState:
-    """Decoder state: a self-attention cache per layer, cross keys/values per layer."""
+    """Decoder state: a self-attention cache per layer, cross keys/values per layer.
+
+    The B decoder rows may share sources: rows [i r, (i + 1) r) read source i of
+    ``memory_kv`` (r = ``per_source``; beam search's k beams per sentence), so the
+    cross-attention keys and values are kept, and read, once per source.
+    """
 
     caches: list[KVCache]
-    memory_kv: list[tuple[Tensor, Tensor]]
-    memory_mask: Tensor | None  # (B, 1, 1, S)
+    memory_kv: list[tuple[Tensor, Tensor]]  # per layer (B / r, Hkv, S, Dh)
+    memory_mask: Tensor | None  # (B / r, 1, 1, S)
     position: int = 0
     copy_keys: Tensor | None = None  # (B, S, D) keys of the copy attention (pointer-generator), else None
+    per_source: int = 1  # r, decoder rows per entry of memory_kv
 
     def reorder(self, index: Tensor, *, same_sources: bool = False) -> None:
         """Keep batch rows ``index`` (B',) in that order (in place).
@@ -83,16 +101,19 @@ class TransformerState:
         (row i and row index[i] read the same source, as when beam search
         reorders the beams of each sentence among themselves), so the
         cross-attention keys/values and the source mask stay as they are.
+        Otherwise they follow the rows' sources, one copy per block of rows
+        that read the same source (``source_blocks``).
         """
         for cache in self.caches:
             cache.reorder(index)
         if same_sources:
             return
-        self.memory_kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory_kv]
-        if self.memory_mask is not None:
-            self.memory_mask = self.memory_mask.index_select(0, index)
         if self.copy_keys is not None:
             self.copy_keys = self.copy_keys.index_select(0, index)
+        sources, self.per_source = source_blocks(index // self.per_source)
+        self.memory_kv = [(k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.memory_kv]
+        if self.memory_mask is not None:
+            self.memory_mask = self.memory_mask.index_select(0, sources)
 
 
 class TransformerDecoder(nn.Module):

@@ -4,7 +4,8 @@ The module owns only parameters and the head split/merge; the maths is
 ``seqmap.nn.attention.scaled_dot_product_attention``. Self-attention projects
 queries, keys and values with one matrix product; cross-attention projects the
 queries from the decoder and the keys/values from the encoder memory, once per
-source (see ``project_memory``).
+source (see ``project_memory``), and lets several decoder rows (the beams of a
+sentence) read one copy of them.
 """
 
 from __future__ import annotations
@@ -207,18 +208,28 @@ class MultiHeadAttention(nn.Module):
         *,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """x (B, T, D) attends to encoder keys/values from ``project_memory``.
+        """x (B, T, D) attends to encoder keys/values (B_s, Hkv, S, Dh) from ``project_memory``.
 
-        mask: (B, 1, 1, S) source padding mask, True at real tokens.
+        B may be a multiple r of B_s: rows [i r, (i + 1) r) of x then all read source i (the
+        beams of one sentence in beam search) and attend as r T queries to the one copy of its
+        keys and values, instead of each row reading a copy of its own.
+
+        mask: (B_s, 1, 1, S) source padding mask, True at real tokens.
         Returns (output (B, T, D), weights (B, H, T, S) or None).
         """
+        k, v = memory_kv
+        rows, t, _ = x.shape
+        sources = k.size(0)
+        assert rows % sources == 0, f"{rows} query rows cannot share {sources} sources in equal blocks"
         w = self.in_proj.weight[: self.d_model]
         b = None if self.in_proj.bias is None else self.in_proj.bias[: self.d_model]
-        q = self._split(F.linear(x, w, b), self.n_heads)
-        k, v = memory_kv
+        q = F.linear(x, w, b).view(sources, rows // sources * t, self.d_model)  # (B_s, r T, D)
         out, weights = scaled_dot_product_attention(
-            q, k, v, mask,
+            self._split(q, self.n_heads), k, v, mask,
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights,
         )
-        return self.out_proj(self._merge(out)), weights
+        out = self._merge(out).view(rows, t, self.d_model)
+        if weights is not None:  # (B_s, H, r T, S) -> (B, H, T, S)
+            weights = weights.unflatten(2, (rows // sources, t)).transpose(1, 2).reshape(rows, self.n_heads, t, -1)
+        return self.out_proj(out), weights

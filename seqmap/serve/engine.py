@@ -200,7 +200,8 @@ class Engine:
         else:
             choose = pick_best
         result = decode_loop(run.model, None, None, bos=BOS, eos=EOS, max_len=key.max_new, pad=PAD,
-                             prompt=prompts, choose=choose, banned=NEVER_GENERATED)
+                             prompt=prompts, choose=choose, banned=NEVER_GENERATED,
+                             no_repeat_ngram=self.decode.no_repeat_ngram)
         out = []
         for b, job in enumerate(jobs):
             ids = strip_output(result.tokens[b, : int(result.lengths[b])].tolist())

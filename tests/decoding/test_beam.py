@@ -173,6 +173,50 @@ def test_cached_beam_search_equals_full_recomputation(name):
             assert math.isclose(h.score, score, rel_tol=1e-5, abs_tol=1e-5)
 
 
+class MemoryCopies:
+    """Passes a Transformer through; records (rows, rows of the cross-attention keys/values) at every step.
+
+    ``copies=True`` gives every row its own copy of its sentence's keys/values before each step,
+    which is how the search ran before the beams of a sentence shared one copy.
+    """
+
+    def __init__(self, model, copies=False):
+        self.model, self.copies, self.seen = model, copies, []
+
+    def encode(self, src, src_mask):
+        return self.model.encode(src, src_mask)
+
+    def decode_step(self, tokens, memory, state=None, *, need_attention=False):
+        if state is not None and self.copies and state.per_source > 1:
+            r, state.per_source = state.per_source, 1
+            state.memory_kv = [(k.repeat_interleave(r, 0), v.repeat_interleave(r, 0)) for k, v in state.memory_kv]
+            if state.memory_mask is not None:
+                state.memory_mask = state.memory_mask.repeat_interleave(r, 0)
+        if state is not None:
+            self.seen.append((tokens.size(0), state.memory_kv[0][0].size(0)))
+        return self.model.decode_step(tokens, memory, state, need_attention=need_attention)
+
+
+@pytest.mark.parametrize("copy", [False, True], ids=["transformer", "pointer-generator"])
+def test_beams_reading_one_copy_of_the_memory_equal_beams_with_copies(copy):
+    torch.manual_seed(4)
+    cfg = ModelConfig(src_vocab=V, tgt_vocab=V, d_model=16, n_heads=2, d_ff=32, enc_layers=1, dec_layers=2,
+                      dropout=0.0, family="transformer", copy=copy, share_vocab=copy)
+    model = EosBias(build_model(cfg).eval(), 0.8)
+    src, mask, _ = inputs("transformer", b=6)
+    limits = torch.tensor([10, 3, 8, 6, 10, 5])  # sentences leave the batch at different steps
+    kw = dict(beam_size=3, bos=BOS, eos=EOS, max_len=limits, length_penalty=0.6, n_best=3, need_attention=True)
+    shared, copies = MemoryCopies(model), MemoryCopies(model, copies=True)
+    ours, before = beam_search(shared, src, mask, **kw).hypotheses, beam_search(copies, src, mask, **kw).hypotheses
+    for a, b in zip(ours, before):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        for h, g in zip(a, b):
+            assert math.isclose(h.score, g.score, rel_tol=1e-5, abs_tol=1e-5)
+            torch.testing.assert_close(h.attention, g.attention, atol=1e-5, rtol=1e-5)
+    assert all(rows == 3 * kv for rows, kv in shared.seen[1:]) and shared.seen[-1][1] < 6  # one copy per sentence
+    assert all(rows == kv for rows, kv in copies.seen)
+
+
 # -- a scripted model: the length penalty, EOS, maximum lengths, prompts ------------------------
 
 

@@ -29,6 +29,8 @@ def test_int8_greedy_matches_float32_on_most_sentences_of_a_trained_toy(monkeypa
     model, task = trained["model"], trained["task"]
     int8 = quantize(model, "int8")
     assert any(type(m).__name__ == "Linear" and "quantized" in type(m).__module__ for m in int8.modules())
+    layer = int8.decoder.layers[0]  # self-attention's packed q|k|v is int8; cross-attention slices its rows
+    assert "quantized" in type(layer.self_attn.in_proj).__module__ and type(layer.cross_attn.in_proj) is nn.Linear
     batch = next(iter(task.batches(1, 200, seed=777)))
     fp32 = _decode(model, batch, "transformer", sep=0, max_len=task.max_len + 1)
     q8 = _decode(int8, batch, "transformer", sep=0, max_len=task.max_len + 1)

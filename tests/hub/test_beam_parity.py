@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 
 import pytest
 import torch
@@ -90,6 +91,40 @@ def test_gpt2_beam_5_is_the_same_as_transformers(gpt2, early_stopping, alpha):
         theirs = [t for t in out if t != fast.eos_token_id]
         ours = generate_nbest(run.model, [lm_prompt(run.tgt_tok, prompt)], decode)[0][0].output
         assert [run.tgt_tok.to_hf(i) for i in ours] == theirs, (prompt, early_stopping, alpha)
+
+
+@pytest.mark.parametrize("beams", [1, 5])
+def test_marian_no_repeat_ngram_is_the_same_as_transformers(marian, beams):
+    """``decode.no_repeat_ngram`` is ``generate``'s no_repeat_ngram_size: the same outputs, greedy and beam."""
+    hf, tok, run = marian
+    decode = dataclasses.replace(run.cfg.decode, beam_size=beams, no_repeat_ngram=2)
+    pad, unk = hf.config.pad_token_id, tok.convert_tokens_to_ids("<unk>")
+    changed = 0
+    for text in SOURCES:
+        with torch.no_grad():
+            out = hf.generate(torch.tensor([tok(text)["input_ids"]]), num_beams=beams, do_sample=False,
+                              early_stopping=False, length_penalty=1.0, max_length=decode.max_len_b + 1,
+                              no_repeat_ngram_size=2, bad_words_ids=[[pad], [unk]],
+                              forced_eos_token_id=None)[0, 1:].tolist()
+        theirs = [t for t in out if t not in (pad, hf.config.eos_token_id)]
+        source = [run.src_tok.encode(text)]
+        ours = translate_ids(run.model, source, decode)[0]
+        assert [run.tgt_tok.to_hf(i) for i in ours] == theirs, (text, beams)
+        changed += ours != translate_ids(run.model, source, decode, no_repeat_ngram=0)[0]
+    assert changed  # the ban mattered on some sentence of this model
+
+
+def test_import_and_export_carry_no_repeat_ngram(tmp_path):
+    from seqmap.hub.export import _generation_config
+
+    tiny_gpt2(tmp_path / "hf", seed=8)
+    _set_generation(tmp_path / "hf", no_repeat_ngram_size=3)
+    import_hf(tmp_path / "hf", tmp_path / "run")
+    run = load_run(tmp_path / "run")
+    assert run.cfg.decode.no_repeat_ngram == 3
+    model = types.SimpleNamespace(generation_config=transformers.GenerationConfig())
+    _generation_config(model, dataclasses.replace(run.cfg.decode, no_repeat_ngram=4), "lm")
+    assert model.generation_config.no_repeat_ngram_size == 4
 
 
 def test_the_ranking_option_matters_and_gnmt_stays_the_default(marian):

@@ -11,6 +11,7 @@ import torch
 from seqmap.config import ConfigError, ModelConfig
 from seqmap.models.builder import build_model
 from seqmap.models.protocol import Memory, SequenceModel
+from seqmap.models.transformer import source_blocks
 from seqmap.nn.positional import POSITIONAL_KINDS
 
 SRC_V, TGT_V, PAD = 11, 13, 0
@@ -248,3 +249,36 @@ def test_features_through_the_output_layer_are_the_logits(family, tie):
     assert (model.output_layer.weight is model.decoder.embedding.weight if family == "transformer"
             else model.output_layer.weight is model.embedding.weight) == tie
     torch.testing.assert_close(model.output_layer(features), model(src, src_mask, tgt))
+
+
+@pytest.mark.parametrize("index, sources, per_source", [
+    ([0, 0, 0, 1, 1, 1], [0, 1], 3),  # k = 3 beams per sentence
+    ([2, 0, 2], [2, 0, 2], 1),  # rows in no blocks: one entry per row
+    ([0, 0, 1, 1, 1, 1], [0, 1, 1], 2),  # the largest block that fits every run
+    ([1, 1, 1, 1], [1], 4),
+])
+def test_source_blocks(index, sources, per_source):
+    got, r = source_blocks(torch.tensor(index))
+    assert got.tolist() == sources and r == per_source
+
+
+def test_reorder_keeps_one_copy_of_the_memory_per_block_of_rows_and_equals_copies():
+    """Beams (rows repeated per source) read one copy of the cross-attention keys/values, as r copies would."""
+    model = make()
+    src, src_mask, tgt = batch()
+    memory = model.encode(src, src_mask)
+    _, state, _ = model.decode_step(tgt[:, :3], memory, None)
+    expand = torch.arange(3).repeat_interleave(4)  # 4 rows per source
+    state.reorder(expand)
+    assert state.per_source == 4 and state.memory_kv[0][0].size(0) == 3 and state.memory_mask.size(0) == 3
+    beams = (torch.arange(3)[:, None] * 4 + torch.tensor([[3, 0, 0, 1], [2, 2, 1, 0], [0, 1, 2, 3]])).flatten()
+    state.reorder(beams, same_sources=True)
+    drop = torch.tensor([0, 1, 2, 3, 8, 9, 10, 11])  # the second sentence leaves
+    state.reorder(drop)
+    assert state.per_source == 4 and state.memory_kv[0][0].size(0) == 2
+    rows = expand[beams][drop]
+    got, _, attention = model.decode_step(tgt[rows, 3:5], memory.index_select(rows), state, need_attention=True)
+    expected = model(src[rows], src_mask[rows], tgt[rows, :5])[:, 3:5]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert attention.shape == (8, 2, 4, 2, src.size(1))
+    assert torch.all(attention[4:, ..., 3:] == 0)  # rows of the third sentence: only 3 real source tokens

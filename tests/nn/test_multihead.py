@@ -90,6 +90,26 @@ def test_need_weights_returns_per_head_weights_like_torch():
     _close(w, exp_w)
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("n_kv_heads", [H, 2])
+def test_rows_that_share_a_source_read_one_copy_of_its_keys_and_values(need_weights, n_kv_heads):
+    """r decoder rows per source (beams) attend as r queries each: the same as r copies of the memory."""
+    mha = MultiHeadAttention(D, H, n_kv_heads).eval()
+    r = 3
+    x, memory = torch.randn(B * r, T, D), torch.randn(B, S, D)
+    src_pad = key_mask(padding_mask(torch.tensor([S, 2]), S))
+    shared, shared_w = mha.cross_attention(x, mha.project_memory(memory), src_pad, need_weights=need_weights)
+    copies = mha.project_memory(memory.repeat_interleave(r, 0))
+    out, w = mha.cross_attention(x, copies, src_pad.repeat_interleave(r, 0), need_weights=need_weights)
+    assert shared.shape == (B * r, T, D)
+    _close(shared, out)
+    if need_weights:
+        assert shared_w.shape == w.shape == (B * r, H, T, S)
+        _close(shared_w, w)
+    with pytest.raises(AssertionError, match="equal blocks"):
+        mha.cross_attention(x[:5], mha.project_memory(memory))
+
+
 # -- invariants -----------------------------------------------------------------------------------
 
 
