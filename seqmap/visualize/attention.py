@@ -34,8 +34,13 @@ from matplotlib.ft2font import FT2Font
 
 from seqmap.data.pipeline import classification_ids, truncate_source
 from seqmap.data.tokenizers import BOS, EOS
-from seqmap.decoding.align import (NoAttentionError, copy_attention, decoder_self_attention, encoder_attention,
-                                   forced_attention)
+from seqmap.decoding.align import (
+    NoAttentionError,
+    copy_attention,
+    decoder_self_attention,
+    encoder_attention,
+    forced_attention,
+)
 from seqmap.visualize.figures import check_format, figure_inches, save_figure
 
 DEFAULT_FONT = "DejaVu Sans"  # matplotlib's own font, always installed

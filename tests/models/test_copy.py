@@ -135,3 +135,19 @@ def test_a_word_outside_the_vocabulary_is_copied_through_extended_ids():
     out = greedy(model, src, None, bos=BOS, eos=EOS, max_len=1, banned=(PAD, BOS, UNK))
     assert decode_extended(tok, out.tokens[0].tolist(), oov) == "zyxwv"  # 2 of 5 positions: the likeliest
     assert decode_extended(tok, [v + 1, *tok.encode("tool")], oov) == "qq tool"
+
+
+def test_copy_attention_for_plots_is_what_the_output_mixes():
+    """``copy_attention`` gives the weights and p_gen that ``forward`` mixes: mixing them again gives its output."""
+    model = make()
+    src, mask, tgt = batch()
+    weights, p_gen = model.copy_attention(src, mask, tgt)
+    assert weights.shape == (3, 6, 7) and p_gen.shape == (3, 6)
+    assert torch.all(weights.masked_select(~mask[:, None, :].expand_as(weights)) == 0)  # padding: exactly 0
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 6))
+    assert torch.all((p_gen > 0) & (p_gen < 1))
+    logits = model.decoder.output(model(src, mask, tgt, features=True))
+    torch.testing.assert_close(mix_copy(logits, weights, src, p_gen[..., None]), model(src, mask, tgt),
+                               atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="no copy head"):
+        make(copy=False).copy_attention(src, mask, tgt)

@@ -278,7 +278,7 @@ def test_translate_with_beam_nbest_prefix_and_alignment(trained_run, corpus, tmp
     assert (tmp_path / "h.txt.nbest").read_text().count("\n") == 48
 
 
-def test_plot_attention_and_curves_of_a_trained_run(trained_run, tmp_path):
+def test_plot_attention_and_curves_of_a_trained_run(trained_run, tmp_path, capsys):
     from matplotlib.image import imread
 
     attention = tmp_path / "attention.png"
@@ -287,6 +287,11 @@ def test_plot_attention_and_curves_of_a_trained_run(trained_run, tmp_path):
     assert main(["plot", "attention", str(trained_run), "--text", "a b c", "--self", "encoder", "--layer", "0",
                  "--out", str(tmp_path / "self.svg")]) == 0
     assert "<svg" in (tmp_path / "self.svg").read_text()[:500]
+    for flags, message in ((["--copy"], "has no copy head (model.copy: false)"),
+                           (["--copy", "--self", "encoder"], "--copy and --self pick different attentions")):
+        assert main(["plot", "attention", str(trained_run), "--text", "a b c", *flags,
+                     "--out", str(tmp_path / "copy.png")]) == 2
+        assert message in capsys.readouterr().err
     assert main(["plot", "curves", str(trained_run), "--out", str(tmp_path / "curves.png")]) == 0
     assert imread(tmp_path / "curves.png").shape[1] > 100
 

@@ -13,7 +13,7 @@ import torch
 
 from seqmap.config import DataConfig, ModelConfig, RunConfig
 from seqmap.data.tokenizers import train_tokenizer
-from seqmap.decoding.align import NoAttentionError, forced_attention
+from seqmap.decoding.align import NoAttentionError, copy_attention, forced_attention
 from seqmap.models.builder import build_model
 from seqmap.nn.positional import sinusoidal_table
 from seqmap.runs import LoadedRun
@@ -183,6 +183,29 @@ def test_run_encoder_and_decoder_self_attention(tmp_path):
     assert {"<s>", "a", "house"} <= set(svg_texts(tmp_path / "dec.svg"))
     with pytest.raises(ValueError, match="choose one of cross, encoder, decoder"):
         plot_run_attention(run, "ein Haus", tmp_path / "x.png", which="self")
+
+
+def test_run_copy_head_attention_with_p_gen_per_output(tmp_path):
+    run = tiny_run(copy=True, share_vocab=True)
+    fig = plot_run_attention(run, "ein kleines Haus .", tmp_path / "copy.svg", hypothesis="a small house .",
+                             which="copy")
+    weights, p_gen = copy_attention(run.model, run.src_tok.encode("ein kleines Haus ."),
+                                    run.tgt_tok.encode("a small house ."))
+    assert len(heatmaps(fig)) == 1 and weights.shape == (5, 4)  # 4 outputs + EOS over 4 source tokens
+    np.testing.assert_allclose(heatmaps(fig)[0].images[0].get_array(), weights.numpy())
+    texts = svg_texts(tmp_path / "copy.svg")
+    assert f"small ({p_gen[1]:.2f})" in texts and all(token in texts for token in SRC)
+    with pytest.raises(NoAttentionError, match="no copy head"):
+        plot_run_attention(tiny_run(), "ein Haus", tmp_path / "x.png", hypothesis="a house", which="copy")
+
+
+def test_run_attention_reads_the_source_up_to_data_max_src_len(tmp_path):
+    run = tiny_run()
+    run.cfg.data.max_src_len = 2
+    fig = plot_run_attention(run, "ein kleines Haus .", tmp_path / "cut.svg", hypothesis="a house", layer=-1)
+    assert heatmaps(fig)[0].images[0].get_array().shape == (3, 2)  # "ein kleines" only, as translate reads it
+    texts = svg_texts(tmp_path / "cut.svg")
+    assert "kleines" in texts and "Haus" not in texts
 
 
 def test_run_language_model_plots_its_self_attention(tmp_path):
