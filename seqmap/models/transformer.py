@@ -190,9 +190,13 @@ class Transformer(nn.Module):
         states, _ = self.encoder(self._in_vocab(src, self.encoder.embedding), src_mask)
         return Memory(states=states, mask=src_mask, tokens=None if self.copy is None else src)
 
+    def _copy_parts(self, features: Tensor, inputs: Tensor, memory: Memory, keys: Tensor) -> tuple[Tensor, Tensor]:
+        """Decoder features (B, t, D) and its input ids (B, t) -> copy weights (B, t, S), p_gen (B, t, 1)."""
+        return self.copy(features, self.decoder.embedding(inputs), memory.states, keys, memory.mask)
+
     def _copy_output(self, features: Tensor, inputs: Tensor, memory: Memory, keys: Tensor) -> Tensor:
         """Decoder features (B, t, D) and its input ids (B, t) -> log P of the mixed distribution (B, t, V_ext)."""
-        weights, p_gen = self.copy(features, self.decoder.embedding(inputs), memory.states, keys, memory.mask)
+        weights, p_gen = self._copy_parts(features, inputs, memory, keys)
         return mix_copy(self.decoder.output(features), weights, memory.tokens, p_gen)
 
     def encoder_attention(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
@@ -207,8 +211,7 @@ class Transformer(nn.Module):
         memory = self.encode(src, src_mask)
         inputs = self._in_vocab(tgt, self.decoder.embedding)
         features, _ = self.decoder(inputs, memory, features=True)
-        weights, p_gen = self.copy(features, self.decoder.embedding(inputs), memory.states,
-                                   self.copy.project_memory(memory.states), memory.mask)
+        weights, p_gen = self._copy_parts(features, inputs, memory, self.copy.project_memory(memory.states))
         return weights, p_gen.squeeze(-1)
 
     def decoder_self_attention(self, src: Tensor, src_mask: Tensor | None, tgt: Tensor) -> Tensor:
