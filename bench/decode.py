@@ -64,6 +64,7 @@ from seqmap.decoding.beam import beam_search  # noqa: E402
 from seqmap.decoding.greedy import greedy  # noqa: E402
 from seqmap.decoding.quantize import quantize  # noqa: E402
 from seqmap.models.builder import build_model  # noqa: E402
+from seqmap.nn.packed import pack_linears  # noqa: E402
 
 MODEL = dict(d_model=256, n_heads=4, d_ff=1024, enc_layers=3, dec_layers=3, vocab=8000)
 EOS, UNK, PAD = 0, 1, MODEL["vocab"] - 1  # PAD doubles as the decoder start token, as in Marian
@@ -282,10 +283,13 @@ def make_runner(runtime: str, args, ct2_dir: str | None):
         src_words = [[words[i] for i in row] for row in src.tolist()]
         return lambda beam: ct2_decode(translator, src_words, beam, args.new_tokens, ids)
     model, cfg = build_seqmap(args.seed)
-    if runtime == "seqmap":
+    if runtime == "seqmap":  # what translate, evaluate, generate and serve run (seqmap.runs.load_run)
+        packed = pack_linears(model)
+        return lambda beam: seqmap_decode(packed, src, mask, beam, args.new_tokens)
+    if runtime == "seqmap_plain":  # the same without packed weights: nn.Linear (MKL's sgemm)
         return lambda beam: seqmap_decode(model, src, mask, beam, args.new_tokens)
     if runtime == "seqmap_int8":  # what `--quantize int8` gives translate, evaluate, generate and serve
-        int8 = quantize(model, "int8")
+        int8 = pack_linears(quantize(model, "int8"))
         return lambda beam: seqmap_decode(int8, src, mask, beam, args.new_tokens)
     import transformers
 
@@ -317,7 +321,7 @@ class Runtimes:
     def __init__(self, args, ct2_dir: str):
         ctx = multiprocessing.get_context("spawn")
         self.conns, self.procs = {}, []
-        for runtime in ("seqmap", "hf", "ct2", *(("seqmap_int8", "ct2_int8") if args.int8 else ())):
+        for runtime in ("seqmap", "seqmap_plain", "hf", "ct2", *(("seqmap_int8", "ct2_int8") if args.int8 else ())):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=serve, args=(child, runtime, args, ct2_dir), daemon=True)
             proc.start()
@@ -411,10 +415,12 @@ def main(argv=None) -> None:
             runtimes.close()
 
     print(f"\nnew tokens per second (median of {args.repeats}; ratio = seqmap / other, above 1: seqmap is faster)")
-    print(f"{'mode':>7} {'seqmap':>8} {'HF':>8} {'CT2':>8} {'seqmap/HF':>10} {'seqmap/CT2':>11}")
+    print(f"{'mode':>7} {'seqmap':>8} {'HF':>8} {'CT2':>8} {'seqmap/HF':>10} {'seqmap/CT2':>11} "
+          f"{'plain Linear':>13} {'packed/plain':>13}")
     for r in rows:
         print(f"{r['mode']:>7} {r['seqmap_tok_s']:>8.0f} {r['hf_tok_s']:>8.0f} {r['ct2_tok_s']:>8.0f} "
-              f"{r['ratio_vs_hf']:>10.2f} {r['ratio_vs_ct2']:>11.2f}")
+              f"{r['ratio_vs_hf']:>10.2f} {r['ratio_vs_ct2']:>11.2f} {r['seqmap_plain_tok_s']:>13.0f} "
+              f"{r['ratio_packed_vs_plain']:>13.2f}")
     if args.int8:
         print(f"\nint8 (seqmap --quantize int8 vs CTranslate2 compute_type int8); {cpu_name()}")
         print(f"{'mode':>7} {'seqmap8':>8} {'CT2 int8':>8} {'ratio':>7} {'same as fp32':>13}")
@@ -463,6 +469,8 @@ def measure(runtimes: Runtimes, args, beams: list[int], hf_version: str, ct2_ver
             **{f"{name}_tok_s": round(t, 1) for name, t in tok_s.items()},
             "ratio_vs_hf": round(tok_s["seqmap"] / tok_s["hf"], 3),
             "ratio_vs_ct2": round(tok_s["seqmap"] / tok_s["ct2"], 3),
+            "ratio_packed_vs_plain": round(tok_s["seqmap"] / tok_s["seqmap_plain"], 3),
+            "plain_agree_sentences": compare("seqmap_plain", outputs["seqmap"], outputs["seqmap_plain"])["rows_equal"],
             "agree_hf_sentences": agreement["hf"]["rows_equal"],
             "agree_ct2_sentences": agreement["ct2"]["rows_equal"],
             **({"ratio_int8_vs_ct2_int8": round(tok_s["seqmap_int8"] / tok_s["ct2_int8"], 3),

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from seqmap.nn.dropout import Dropout
 from seqmap.nn.multihead import KVCache, MultiHeadAttention
+from seqmap.nn.packed import linear_relu
 from seqmap.nn.positional import PositionalEncoding
 
 
@@ -74,17 +75,15 @@ class FeedForward(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.w1(x)
-        if self.activation == "swiglu":
-            gate, up = h.chunk(2, dim=-1)
+        if self.activation == "relu":
+            h = linear_relu(self.w1, x)  # one pass when w1 is packed (seqmap.nn.packed)
+        elif self.activation == "swiglu":
+            gate, up = self.w1(x).chunk(2, dim=-1)
             h = F.silu(gate) * up
+        elif self.activation == "silu":
+            h = F.silu(self.w1(x))
         else:
-            if self.activation == "relu":
-                h = F.relu(h)
-            elif self.activation == "silu":
-                h = F.silu(h)
-            else:
-                h = F.gelu(h, approximate="tanh" if self.activation == "gelu_tanh" else "none")
+            h = F.gelu(self.w1(x), approximate="tanh" if self.activation == "gelu_tanh" else "none")
         return self.w2(self.dropout(h))
 
 

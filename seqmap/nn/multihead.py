@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqmap.nn.attention import scaled_dot_product_attention
+from seqmap.nn.packed import linear_rows
 from seqmap.nn.positional import PositionalEncoding
 
 
@@ -53,32 +54,36 @@ class KVCache:
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (B',) in that order (any rows, repeats allowed), e.g. the surviving beams.
 
-        With the batch size unchanged (beams reordered) the rows are gathered
-        with one contiguous ``index_select`` into a second storage of the same
-        shape, which then swaps places with the first (nothing is allocated
-        after the first reorder; an identity ``index`` copies nothing). The
-        earlier gather-then-``index_copy_`` of only the moved rows made two
-        strided passes and took longer (docs/benchmarks.md, issue 18). A new
-        batch size (rows dropped, or repeated into beams) selects the rows
-        into new storage of the same capacity.
+        Only the ``length`` slots in use are copied, not the whole capacity. With the
+        batch size unchanged (beams reordered) they are gathered with one
+        ``index_select`` into a second storage of the same shape, which then swaps
+        places with the first (nothing is allocated after the first reorder; an
+        identity ``index`` copies nothing). The earlier gather-then-``index_copy_`` of
+        only the moved rows made two strided passes and took longer, and gathering the
+        whole capacity took up to 2x longer still (docs/benchmarks.md, issue 18). A new
+        batch size (rows dropped, or repeated into beams) selects the rows into new
+        storage of the same capacity.
         """
         if self.k is None:
             return
-        if index.numel() == self.k.size(0):
-            if bool((index == torch.arange(index.numel(), device=index.device)).all()):
-                return
-            if self.k.requires_grad and torch.is_grad_enabled():  # out= cannot record a gradient
-                self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
-                return
+        same_size = index.numel() == self.k.size(0)
+        if same_size and bool((index == torch.arange(index.numel(), device=index.device)).all()):
+            return
+        if self.k.requires_grad and torch.is_grad_enabled():  # out= cannot record a gradient
+            self.k, self.v, self.spare = self.k.index_select(0, index), self.v.index_select(0, index), None
+            return
+        if same_size:
             if self.spare is None or self.spare[0].shape != self.k.shape:
                 self.spare = (torch.empty_like(self.k), torch.empty_like(self.v))
-            spare_k, spare_v = self.spare
-            torch.index_select(self.k, 0, index, out=spare_k)
-            torch.index_select(self.v, 0, index, out=spare_v)
-            self.spare, self.k, self.v = (self.k, self.v), spare_k, spare_v
-            return
-        self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
-        self.spare = None
+            target = self.spare
+            self.spare = (self.k, self.v)
+        else:
+            target = (self.k.new_empty(index.numel(), *self.k.shape[1:]),
+                      self.v.new_empty(index.numel(), *self.v.shape[1:]))
+            self.spare = None
+        for old, new in zip((self.k, self.v), target, strict=True):
+            torch.index_select(old.narrow(2, 0, self.length), 0, index, out=new.narrow(2, 0, self.length))
+        self.k, self.v = target
 
     @classmethod
     def stack(cls, caches: Sequence[KVCache]) -> KVCache:
@@ -139,12 +144,12 @@ class MultiHeadAttention(nn.Module):
     def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values (B, Hkv, S, Dh) of an encoder memory (B, S, D) for cross-attention.
 
-        Computed once per source; decoding steps reuse them.
+        Computed once per source; decoding steps reuse them. Made contiguous (a copy, once) so
+        that each step's matrix products read them as they are instead of copying them again.
         """
-        w = self.in_proj.weight[self.d_model:]
-        b = None if self.in_proj.bias is None else self.in_proj.bias[self.d_model:]
-        k, v = F.linear(memory, w, b).split(self.kv_width, dim=-1)
-        return self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
+        k, v = linear_rows(self.in_proj, memory, self.d_model, self.d_model + 2 * self.kv_width).split(
+            self.kv_width, dim=-1)
+        return self._split(k, self.n_kv_heads).contiguous(), self._split(v, self.n_kv_heads).contiguous()
 
     # -- the two uses ----------------------------------------------------------
     def self_attention(
@@ -180,6 +185,7 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.in_proj(x).split((self.d_model, self.kv_width, self.kv_width), dim=-1)
         q, k, v = self._split(q, self.n_heads), self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
         bias = value_positional = None
+        positional = positional if positional is not None and positional.in_attention else None
         if positional is not None:
             q_pos = torch.arange(offset, offset + x.size(1), device=x.device)  # (T,) slots
             turn = q_pos if positions is None else positions
@@ -221,9 +227,8 @@ class MultiHeadAttention(nn.Module):
         rows, t, _ = x.shape
         sources = k.size(0)
         assert rows % sources == 0, f"{rows} query rows cannot share {sources} sources in equal blocks"
-        w = self.in_proj.weight[: self.d_model]
-        b = None if self.in_proj.bias is None else self.in_proj.bias[: self.d_model]
-        q = F.linear(x, w, b).view(sources, rows // sources * t, self.d_model)  # (B_s, r T, D)
+        q = linear_rows(self.in_proj, x, 0, self.d_model)  # queries: the first D rows of in_proj
+        q = q.view(sources, rows // sources * t, self.d_model)  # (B_s, r T, D)
         out, weights = scaled_dot_product_attention(
             self._split(q, self.n_heads), k, v, mask,
             dropout_p=self.dropout if self.training else 0.0,

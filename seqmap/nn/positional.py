@@ -33,6 +33,7 @@ class PositionalEncoding(nn.Module):
     """Base class: every hook does nothing. Subclasses override what they use."""
 
     needs_weights: bool = False  # True if value_term needs the attention weights
+    in_attention: bool = False  # True if rotate or score_bias act inside attention (else attention skips them)
 
     def embed(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
         return x
@@ -149,6 +150,8 @@ class RelativePositional(PositionalEncoding):
     first, then takes one product with A^V, so no (T, S, Dh) tensor is ever built.
     """
 
+    in_attention = True
+
     def __init__(self, head_dim: int, clip: int = 16, values: bool = False):
         super().__init__()
         if clip < 0:
@@ -212,6 +215,8 @@ class T5RelativeBias(PositionalEncoding):
     causal stack.
     """
 
+    in_attention = True
+
     def __init__(self, n_heads: int, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True):
         super().__init__()
         side = num_buckets // 2 if bidirectional else num_buckets
@@ -241,6 +246,8 @@ class RotaryPositional(PositionalEncoding):
     permutation of the head dims, which the projections absorb. Cos/sin tables are
     cached up to ``max_len`` and rebuilt larger on demand, so any length works.
     """
+
+    in_attention = True
 
     def __init__(self, head_dim: int, max_len: int = 1024, base: float = 10000.0):
         super().__init__()
@@ -293,6 +300,8 @@ class ALiBiPositional(PositionalEncoding):
     only j <= i is ever attended, which is the paper's -m_h (i - j); in a
     bidirectional stack the penalty is symmetric in the distance.
     """
+
+    in_attention = True
 
     def __init__(self, n_heads: int):
         super().__init__()
