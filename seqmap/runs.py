@@ -17,6 +17,7 @@ from seqmap.data.labels import LabelSet
 from seqmap.data.pipeline import LABELS_FILE
 from seqmap.data.tokenizers import Tokenizer, load_pair
 from seqmap.models.builder import build_model
+from seqmap.nn.packed import pack_linears
 from seqmap.training.checkpoint import MODEL_FILE, TOKENIZER_DIR, load_checkpoint, read_config
 from seqmap.training.checkpoint_manager import CheckpointManager
 
@@ -60,10 +61,12 @@ def find_checkpoint(path: str | Path, which: str = "best") -> Path:
 
 
 def load_run(path: str | Path, which: str = "best", device: str | torch.device = "cpu",
-             quantize: str | None = None) -> LoadedRun:
+             quantize: str | None = None, pack: bool = True) -> LoadedRun:
     """Rebuild the model from a checkpoint's own config and load its weights and tokenizer.
 
     ``quantize="int8"``: Linear layers dynamically quantized for CPU decoding (``seqmap.decoding.quantize``).
+    ``pack``: on the CPU, the float Linear layers multiply through oneDNN-packed weights
+    (``seqmap.nn.packed``; same parameters and state dict, faster decoding).
     """
     run = _load_run(path, which, device)
     if quantize not in (None, "none"):
@@ -74,6 +77,8 @@ def load_run(path: str | Path, which: str = "best", device: str | torch.device =
             run.model = quantize_model(run.model, quantize, run.device)
         except QuantizeError as e:
             raise RunError(str(e)) from None
+    if pack and run.device.type == "cpu":
+        pack_linears(run.model)
     return run
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from seqmap.nn.attention import causal_mask, key_mask, padding_mask, scaled_dot_product_attention
 
@@ -206,3 +207,27 @@ def test_gradcheck_float64_with_bias_and_empty_row():
             return scaled_dot_product_attention(q, k, v, mask, bias, need_weights=need_weights)[0]
 
         assert torch.autograd.gradcheck(f, (q, k, v, bias))
+
+
+def test_few_queries_over_many_rows_take_the_explicit_path_on_the_cpu(monkeypatch):
+    """Decoding steps of a batch (T <= FEW_QUERIES, B H >= MANY_ROWS) skip the fused kernel; same outputs,
+    fully masked rows included. One sentence, or many queries, still take the fused kernel."""
+    from seqmap.nn import attention
+
+    calls = []
+    fused = F.scaled_dot_product_attention
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or fused(*a, **k))
+    rows = attention.MANY_ROWS // H
+    q, k, v = torch.randn(rows, H, 1, DH), torch.randn(rows, H, S, DH), torch.randn(rows, H, S, DH)
+    mask = torch.ones(rows, 1, 1, S, dtype=torch.bool)
+    mask[0] = False  # a row with no key: zero output, as on every path
+    mask[1, ..., 2:] = False
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert calls == [] and weights is None
+    reference = attention._fused(q, k, v, mask, None, False, 0.0, DH**-0.5)
+    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
+    assert out[0].abs().sum() == 0
+    calls.clear()  # the reference called the fused kernel
+    scaled_dot_product_attention(q[:1], k[:1], v[:1], mask[:1])  # one sentence: B H < MANY_ROWS
+    scaled_dot_product_attention(torch.randn(rows, H, attention.FEW_QUERIES + 1, DH), k, v, mask)
+    assert len(calls) == 2

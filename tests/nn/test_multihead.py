@@ -288,3 +288,36 @@ def test_grouped_query_shapes_and_equivalent_multi_head(n_kv_heads):
 def test_bad_head_counts_raise_value_error(d_model, n_heads, n_kv_heads, message):
     with pytest.raises(ValueError, match=message):
         MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads)
+
+
+def test_cache_reorders_copy_the_slots_in_use_and_keep_decoding_exact():
+    """Beam-style reorders (same batch size, swapping storages) and a shrink (rows dropped) leave a cache
+    whose next steps equal a full recomputation over the reordered histories; unused capacity never shows."""
+    mha = MultiHeadAttention(D, H).eval()
+    x = torch.randn(4, 9, D)
+    history = x[:, :3]
+    with torch.no_grad():  # inference: reorders gather into a second storage (out=)
+        _, cache = _decode(mha, history, [1, 1, 1])
+    assert cache.k.size(2) > cache.length  # spare capacity exists, and must not be read
+    for step, index in enumerate([torch.tensor([1, 1, 3, 0]), torch.tensor([0, 2, 2, 3]), torch.tensor([3, 1])]):
+        with torch.no_grad():
+            cache.k[:, :, cache.length:] = float("nan")  # garbage in the unused slots
+            cache.v[:, :, cache.length:] = float("nan")
+        cache.reorder(index)
+        history = torch.cat([history[index], x[: index.numel(), 3 + step : 4 + step]], dim=1)
+        with torch.no_grad():
+            last, _ = mha.self_attention(history[:, -1:], causal=True, offset=history.size(1) - 1, cache=cache)
+            full, _ = mha.self_attention(history, causal=True)
+        _close(last[:, 0], full[:, -1])
+    assert cache.k.size(0) == 2 and cache.length == 6
+
+
+def test_cache_reorder_keeps_gradients_when_training():
+    mha = MultiHeadAttention(D, H)
+    x = torch.randn(3, 4, D, requires_grad=True)
+    _, cache = _decode(mha, x[:, :3], [1, 1, 1])
+    cache.reorder(torch.tensor([2, 0, 0]))
+    out, _ = mha.self_attention(x[:, 3:], causal=True, offset=3, cache=cache)
+    out.sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    assert x.grad[1, :3].abs().sum() == 0  # row 1's past was dropped
