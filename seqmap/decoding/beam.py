@@ -3,7 +3,8 @@
 Each sentence keeps k live hypotheses ("beams"). One step of the search:
 
     expand    the log-probabilities of every live beam's next token, plus the beam's score   (G, n*V)
-    prune     the 2k best candidates of each sentence                                          (G, 2k)
+    prune     the 2k best candidates of each sentence (found chunk by chunk, without building
+              the expanded (G, n*V) scores: ``seqmap.decoding.select.top_candidates``)        (G, 2k)
     finish    candidates ending in EOS among the k best become finished hypotheses, ranked by
               their score divided by the GNMT length penalty
     advance   the k best candidates not ending in EOS are the next live beams; the decoder state
@@ -84,6 +85,7 @@ from seqmap.decoding.greedy import (
     pad_keys,
     start_tokens,
 )
+from seqmap.decoding.select import top_candidates
 
 
 def gnmt_penalty(length: int, alpha: float) -> float:
@@ -172,18 +174,17 @@ class Beams:
         return self.scores.size(1)
 
 
-def expand(scores: Tensor, log_probs: Tensor) -> Tensor:
-    """Beam scores (G, n) + next-token log-probs (G*n, V) -> candidate scores (G, n*V)."""
-    g, n = scores.shape
-    return (scores[:, :, None] + log_probs.view(g, n, -1)).view(g, -1)
+def prune(beam_scores: Tensor, log_probs: Tensor, beam_size: int) -> Candidates:
+    """The 2k best continuations of each sentence: beam scores (G, n) + next-token log-probs (G*n, V).
 
-
-def prune(total: Tensor, beam_size: int, vocab: int) -> Candidates:
-    """The 2k best of the (G, n*V) candidate scores of each sentence."""
-    g, n_v = total.shape
-    n, want = n_v // vocab, 2 * beam_size
-    scores, flat = total.topk(min(want, n_v), dim=1)  # sorted, best first
-    rows = torch.arange(g, device=total.device)[:, None] * n + flat // vocab  # (G, 2k)
+    The candidates are expanded (module docstring) only in effect: ``top_candidates`` finds the best
+    without building all G x n*V sums.
+    """
+    g, n = beam_scores.shape
+    vocab = log_probs.size(-1)
+    n_v, want = n * vocab, 2 * beam_size
+    scores, flat = top_candidates(beam_scores, log_probs, min(want, n_v))  # sorted, best first
+    rows = torch.arange(g, device=log_probs.device)[:, None] * n + flat // vocab  # (G, 2k)
     tokens = flat % vocab
     if scores.size(1) < want:  # tiny vocabulary at the first step: pad with impossible candidates
         missing = want - scores.size(1)
@@ -375,7 +376,7 @@ def beam_search(
         log_probs = next_log_probs(logits, banned, absent if hf else None)  # (G*n, V)
         if no_repeat_ngram:
             log_probs = ban_repeats(log_probs, history(beams, step_input), no_repeat_ngram)
-        candidates = prune(expand(beams.scores, log_probs), beam_size, log_probs.size(-1))
+        candidates = prune(beams.scores, log_probs, beam_size)
         step_attention = last_query(attn) if need_attention else None
         at_limit = limits[beams.sentences] <= beams.tokens.size(1) + 1 if hf else None  # (G,)
         finish(beams, candidates, eos, step_attention, length_penalty, ranking, at_limit)

@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seqmap.decoding.select import row_max
+
 
 class GreedyResult(NamedTuple):
     """What ``greedy`` (and ``decode_loop``, ``sample``, ``BeamResult.best``) return.
@@ -51,7 +53,7 @@ Choose = Callable[[Tensor], tuple[Tensor, Tensor]]  # log-probs (B, V) -> (token
 
 def pick_best(log_probs: Tensor) -> tuple[Tensor, Tensor]:
     """The greedy choice: the most likely token of each row."""
-    best_score, best = log_probs.max(dim=-1)
+    best_score, best = row_max(log_probs)  # log_probs.max(dim=-1), faster on wide rows
     return best, best_score
 
 

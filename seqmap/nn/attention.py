@@ -11,9 +11,9 @@ Two paths compute the same thing:
 - the fast path calls ``torch.nn.functional.scaled_dot_product_attention``
   (fused kernels, no T x S weight matrix kept for backward when it can avoid it).
 
-On the CPU, a few queries (T <= ``FEW_QUERIES``: decoding steps, beams as queries)
-over many rows (B H >= ``MANY_ROWS``: a batch of sentences) take the explicit path
-too. PyTorch's fused CPU kernel is tuned for long query blocks: with T = 1 and
+At inference on the CPU, a few queries (T <= ``FEW_QUERIES``: decoding steps, beams
+as queries) over many rows (B H >= ``MANY_ROWS``: a batch of sentences) take the
+explicit path too. PyTorch's fused CPU kernel is tuned for long query blocks: with T = 1 and
 B H = 256 to 1280 it took 1.1x to 2.4x the explicit path's time, while for a single
 sentence (B H = 4) it took half, and from T = 64 on it is as fast or faster
 (docs/benchmarks.md, issue 18).
@@ -97,7 +97,8 @@ def scaled_dot_product_attention(
     scale = q.size(-1) ** -0.5 if scale is None else scale
     if need_weights:
         return _explicit(q, k, v, _combined_mask(mask, causal, t, s, q.device), bias, dropout_p, scale)
-    if t <= FEW_QUERIES and q.size(0) * q.size(1) >= MANY_ROWS and q.device.type == "cpu":
+    if (t <= FEW_QUERIES and q.size(0) * q.size(1) >= MANY_ROWS and q.device.type == "cpu"
+            and not (torch.is_grad_enabled() and q.requires_grad)):  # inference only: training keeps the kernel
         return _explicit(q, k, v, _combined_mask(mask, causal, t, s, q.device), bias, dropout_p, scale)[0], None
     return _fused(q, k, v, mask, bias, causal, dropout_p, scale), None
 
