@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+import seqmap.nn.multihead as multihead
 from seqmap.config import ModelConfig
 from seqmap.decoding.beam import beam_search, gnmt_penalty
 from seqmap.decoding.greedy import greedy
@@ -446,33 +447,54 @@ def test_kv_cache_reorder_matches_index_select_and_keeps_its_capacity(index):
     index = torch.tensor(index)
     cache.reorder(index)
     assert cache.length == 5 and cache.k.size(2) == capacity
-    if len(index) == 4 and index.tolist() != [0, 1, 2, 3]:  # same batch size: gathered into the spare storage
-        assert cache.spare is not None and cache.spare[0].data_ptr() == storage
-        spare = cache.k.data_ptr()
-        cache.reorder(torch.arange(4))  # identity: nothing moves
-        assert cache.k.data_ptr() == spare
+    if len(index) == 4:  # same batch size: updated in place
+        assert cache.k.data_ptr() == storage
     k2, v2 = torch.randn(len(index), 2, 1, 3), torch.randn(len(index), 2, 1, 3)
     got_k, got_v = cache.append(k2, v2)
     assert torch.equal(got_k, torch.cat([k[index], k2], dim=2))
     assert torch.equal(got_v, torch.cat([v[index], v2], dim=2))
 
 
-def test_kv_cache_reorders_repeatedly_without_allocating_and_equals_gathering():
-    """Two storages swap places: each reorder gathers into the other, appends follow the chosen rows."""
+@pytest.mark.parametrize("small", [False, True], ids=["suffixes", "small-cache-whole"])
+def test_kv_cache_reorders_repeatedly_in_place_and_equals_gathering(monkeypatch, small):
+    """Beam-like reorders (rows of a block of 5 choose parents among themselves, so histories share prefixes)
+    update the storage in place, copying only the changed suffixes (or, for a small cache, everything);
+    every step equals gathering whole rows."""
+    monkeypatch.setattr(multihead, "SMALL_CACHE", 1 << 30 if small else 0)
     g = torch.Generator().manual_seed(0)
-    cache, k, v = KVCache(), torch.randn(4, 2, 3, 3, generator=g), torch.randn(4, 2, 3, 3, generator=g)
+    cache, k, v = KVCache(), torch.randn(10, 2, 3, 3, generator=g), torch.randn(10, 2, 3, 3, generator=g)
     cache.append(k, v)
-    storages = set()
-    for _ in range(6):
-        index = torch.randint(0, 4, (4,), generator=g)
+    storages, copied = set(), []
+    gathered = []
+    real_index_select = torch.Tensor.index_select
+
+    def counting(self, dim, index):
+        out = real_index_select(self, dim, index)
+        gathered.append(out.numel() if self.dim() == 4 else 0)  # keys/values, not the lineage
+        return out
+
+    monkeypatch.setattr(torch.Tensor, "index_select", counting)
+    for step in range(24):
+        if step == 5:
+            index = torch.arange(10)  # identity: nothing moves
+        else:
+            index = (torch.randint(0, 5, (10,), generator=g) + torch.arange(10) // 5 * 5)
+        gathered.clear()
         cache.reorder(index)
+        copied.append(sum(gathered) / (2 * cache.k[:, :, : cache.length].numel()))  # share of all slots copied
         k, v = k[index], v[index]
-        step_k, step_v = torch.randn(4, 2, 1, 3, generator=g), torch.randn(4, 2, 1, 3, generator=g)
+        assert torch.equal(cache.k[:, :, : cache.length], k) and torch.equal(cache.v[:, :, : cache.length], v)
+        step_k, step_v = torch.randn(10, 2, 1, 3, generator=g), torch.randn(10, 2, 1, 3, generator=g)
         got_k, got_v = cache.append(step_k, step_v)
         k, v = torch.cat([k, step_k], dim=2), torch.cat([v, step_v], dim=2)
         assert torch.equal(got_k, k) and torch.equal(got_v, v)
         storages.add(cache.k.data_ptr())
-    assert len(storages) <= 3  # the two swapping storages, and one growth (capacity 16) at most
+    assert len(storages) <= 2  # in place, and one growth (capacity 16 -> 32) at most
+    assert copied[5] == 0 and max(copied) <= 1
+    if small:
+        assert min(copied[:5] + copied[6:]) == 1
+    else:
+        assert sum(copied[-8:]) / 8 < 0.5  # late reorders copy a small part of the histories
 
 
 class CountingState(HistoryState):
