@@ -263,35 +263,39 @@ def finish_at_limit(beams: Beams, limits: Tensor, alpha: float) -> Tensor:
 
 def stopped(beams: Beams, limits: Tensor, n_best: int, beam_size: int, alpha: float) -> Tensor:
     """(G,) which sentences stop searching now (rules 1 and 2 of the module docstring)."""
-    best_live = beams.scores.max(dim=1).values.cpu()  # (G,)
-    stop = torch.zeros(len(beams.sentences), dtype=torch.bool)
+    best_live = beams.scores.max(dim=1).values.tolist()  # (G,) as Python floats: one transfer, no per-item ops
+    stop = []
     for g, sentence in enumerate(beams.sentences.tolist()):
         finished = beams.finished[sentence]
         if len(finished) >= beam_size or best_live[g] == float("-inf"):
-            stop[g] = True
+            stop.append(True)
         elif len(finished) >= n_best:
             reachable = int(limits[sentence]) if alpha >= 0 else beams.tokens.size(1) + 1
             nth = sorted((h.normalized for h in finished), reverse=True)[n_best - 1]
-            stop[g] = float(best_live[g]) / gnmt_penalty(reachable, alpha) <= nth
-    return stop
+            stop.append(best_live[g] / gnmt_penalty(reachable, alpha) <= nth)
+        else:
+            stop.append(False)
+    return torch.tensor(stop, dtype=torch.bool)
 
 
 def stopped_hf(beams: Beams, limits: Tensor, beam_size: int, alpha: float, early_stopping: bool | str) -> Tensor:
     """(G,) which sentences stop searching now under ``transformers``' ``early_stopping`` (ranking hf)."""
-    best_live = beams.scores.max(dim=1).values.cpu()  # (G,)
-    stop = torch.zeros(len(beams.sentences), dtype=torch.bool)
+    best_live = beams.scores.max(dim=1).values.tolist()  # (G,)
+    stop = []
     for g, sentence in enumerate(beams.sentences.tolist()):
         finished = beams.finished[sentence]
         if best_live[g] == float("-inf"):
-            stop[g] = True
+            stop.append(True)
         elif len(finished) >= beam_size:
             if early_stopping is True:
-                stop[g] = True
+                stop.append(True)
                 continue
             length = int(limits[sentence]) if early_stopping == "never" and alpha > 0 else beams.tokens.size(1)
             worst = sorted((h.normalized for h in finished), reverse=True)[beam_size - 1]
-            stop[g] = float(best_live[g]) / length_norm(length, alpha, "hf") <= worst
-    return stop
+            stop.append(best_live[g] / length_norm(length, alpha, "hf") <= worst)
+        else:
+            stop.append(False)
+    return torch.tensor(stop, dtype=torch.bool)
 
 
 def history(beams: Beams, prompt: Tensor) -> Tensor:
