@@ -13,8 +13,8 @@ Two paths compute the same thing:
 
 At inference on the CPU, a few queries (T <= ``FEW_QUERIES``: decoding steps, beams
 as queries) over many rows (B H >= ``MANY_ROWS``: a batch of sentences) take the
-explicit path too. PyTorch's fused CPU kernel is tuned for long query blocks: with T = 1 and
-B H = 256 to 1280 it took 1.1x to 2.4x the explicit path's time, while for a single
+explicit path too. PyTorch's fused CPU kernel is tuned for long query blocks: with T = 1 to 30
+and B H = 256 to 1280 it took 1.1x to 2.4x the explicit path's time, while for a single
 sentence (B H = 4) it took half, and from T = 64 on it is as fast or faster
 (docs/benchmarks.md, issue 18).
 ``tests/nn/test_attention.py`` checks that the two agree.
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-FEW_QUERIES = 16  # up to this many queries per row over at least MANY_ROWS (batch x heads) rows,
+FEW_QUERIES = 32  # up to this many queries per row over at least MANY_ROWS (batch x heads) rows,
 MANY_ROWS = 128  # the CPU takes the explicit path (module docstring)
 
 
