@@ -341,6 +341,14 @@ class Runtimes:
             proc.join(timeout=30)
 
 
+def paired_ratio(samples: dict[str, list[float]], generated: dict[str, int], other: str) -> float:
+    """Median over rounds of seqmap's tokens/s over ``other``'s in the same round: the two calls of a round
+    ran back to back, so a load that drifts during the run cancels out (a check on the ratio of medians)."""
+    ratios = [(generated["seqmap"] / ours) / (generated[other] / theirs)
+              for ours, theirs in zip(samples["seqmap"], samples[other], strict=True)]
+    return round(statistics.median(ratios), 3)
+
+
 def time_calls(runtimes: Runtimes, beam: int, repeats: int, warmup: int) -> dict[str, list[float]]:
     """Seconds per call of each runtime, sampled round-robin after warm-up."""
     for name in runtimes.conns:
@@ -421,6 +429,8 @@ def main(argv=None) -> None:
         print(f"{r['mode']:>7} {r['seqmap_tok_s']:>8.0f} {r['hf_tok_s']:>8.0f} {r['ct2_tok_s']:>8.0f} "
               f"{r['ratio_vs_hf']:>10.2f} {r['ratio_vs_ct2']:>11.2f} {r['seqmap_plain_tok_s']:>13.0f} "
               f"{r['ratio_packed_vs_plain']:>13.2f}")
+    print("paired (median over rounds of the ratio within a round): " + "; ".join(
+        f"{r['mode']} {r['ratio_vs_hf_paired']:.2f} vs HF, {r['ratio_vs_ct2_paired']:.2f} vs CT2" for r in rows))
     if args.int8:
         print(f"\nint8 (seqmap --quantize int8 vs CTranslate2 compute_type int8); {cpu_name()}")
         print(f"{'mode':>7} {'seqmap8':>8} {'CT2 int8':>8} {'ratio':>7} {'same as fp32':>13}")
@@ -470,6 +480,7 @@ def measure(runtimes: Runtimes, args, beams: list[int], hf_version: str, ct2_ver
             "ratio_vs_hf": round(tok_s["seqmap"] / tok_s["hf"], 3),
             "ratio_vs_ct2": round(tok_s["seqmap"] / tok_s["ct2"], 3),
             "ratio_packed_vs_plain": round(tok_s["seqmap"] / tok_s["seqmap_plain"], 3),
+            **{f"ratio_vs_{name}_paired": paired_ratio(samples, generated, name) for name in ("hf", "ct2")},
             "plain_agree_sentences": compare("seqmap_plain", outputs["seqmap"], outputs["seqmap_plain"])["rows_equal"],
             "agree_hf_sentences": agreement["hf"]["rows_equal"],
             "agree_ct2_sentences": agreement["ct2"]["rows_equal"],
