@@ -67,7 +67,8 @@ def linear_rows(rows: int):
 
 def attention_rows():
     for rows, t, s, what in ((64, 1, 33, "greedy self"), (64, 1, 30, "greedy cross"), (320, 1, 33, "beam-5 self"),
-                             (64, 5, 30, "beam-5 cross, beams as queries"), (64, 30, 30, "encoder")):
+                             (64, 5, 30, "beam-5 cross, beams as queries"), (64, 30, 30, "encoder"),
+                             (1, 1, 30, "one sentence, cross (keeps the fused kernel)")):
         q, k, v = torch.randn(rows, H, t, DH), torch.randn(rows, H, s, DH), torch.randn(rows, H, s, DH)
         scale = DH**-0.5
         yield (f"attention {what}, B={rows} T={t} S={s}",
