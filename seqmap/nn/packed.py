@@ -6,7 +6,7 @@ into the blocked layout its kernels read, and then multiply by it many times. Th
 is decoding's pattern: 8 to 320 rows per step times the same weights, step after
 step. ``bench/decode.py`` measures both in one run (the "seqmap, plain Linear" row);
 on the AMD EPYC of docs/benchmarks.md the output projection (64 x 256 times
-256 x 8000) took about half the time packed.
+256 x 8000) took 0.5x to 0.65x the time packed (``bench/decode_parts.py``).
 
 ``pack_linears(model)`` replaces every float ``nn.Linear`` of a model by a
 ``PackedLinear`` that shares its ``weight`` and ``bias`` Parameters (the state dict,
