@@ -4,29 +4,14 @@ import pytest
 import torch
 from torch import nn
 
-import seqmap.training.toy as toy_module
-from seqmap.config import ModelConfig
 from seqmap.decoding.quantize import QuantizeError, quantize
-from seqmap.training.toy import ToyConfig, _decode, train_toy
+from seqmap.training.toy import _decode
 
 AGREE = 0.9  # share of held-out sentences whose int8 greedy tokens equal float32's
 
 
-def test_int8_greedy_matches_float32_on_most_sentences_of_a_trained_toy(monkeypatch):
-    trained = {}
-    real_evaluate = toy_module.evaluate
-
-    def keep(model, task, cfg, family):  # the trained model and its task, as train_toy evaluates them
-        trained.update(model=model, task=task)
-        return real_evaluate(model, task, cfg, family)
-
-    monkeypatch.setattr(toy_module, "evaluate", keep)
-    cfg = ModelConfig(family="transformer", d_model=64, n_heads=2, d_ff=128, enc_layers=1, dec_layers=1, dropout=0.0)
-    toy = ToyConfig(task="reverse", vocab=10, min_len=2, max_len=6, steps=300, batch_size=64, lr=3e-3,
-                    warmup=20, eval_size=50, log_every=0)
-    metrics = train_toy(cfg, toy, log=None)
-    assert metrics["exact_match"] > 0.5, "the toy did not learn; the comparison would say nothing"
-    model, task = trained["model"], trained["task"]
+def test_int8_greedy_matches_float32_on_most_sentences_of_a_trained_toy(trained_reverse_toy):
+    model, task = trained_reverse_toy
     int8 = quantize(model, "int8")
     assert any(type(m).__name__ == "Linear" and "quantized" in type(m).__module__ for m in int8.modules())
     layer = int8.decoder.layers[0]  # self-attention's packed q|k|v is int8; cross-attention slices its rows

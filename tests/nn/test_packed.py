@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import seqmap.nn.packed as packed_module
-import seqmap.training.toy as toy_module
 from seqmap.config import ModelConfig
 from seqmap.data.synthetic import BOS, EOS
 from seqmap.decoding.beam import beam_search
 from seqmap.decoding.quantize import quantize
 from seqmap.models.builder import build_model
 from seqmap.nn.packed import PackedLinear, linear_relu, linear_rows, pack_linears, packing_available
-from seqmap.training.toy import ToyConfig, _decode, train_toy
+from seqmap.training.toy import _decode
 
 needs_packing = pytest.mark.skipif(not packing_available(), reason="torch without oneDNN on x86-64: nothing to pack")
 
@@ -85,22 +86,11 @@ def test_pack_linears_leaves_the_model_alone_where_packing_is_unavailable(monkey
 
 
 @needs_packing
-def test_packed_model_decodes_the_same_tokens_as_the_plain_one_on_a_trained_toy(monkeypatch):
+def test_packed_model_decodes_the_same_tokens_as_the_plain_one_on_a_trained_toy(trained_reverse_toy):
     """Greedy and beam tokens of every held-out sentence equal the unpacked model's; beam scores agree to
     float rounding. Packing after ``--quantize int8`` packs what stays float (cross-attention's in_proj)."""
-    trained = {}
-    real_evaluate = toy_module.evaluate
-
-    def keep(model, task, cfg, family):
-        trained.update(model=model, task=task)
-        return real_evaluate(model, task, cfg, family)
-
-    monkeypatch.setattr(toy_module, "evaluate", keep)
-    cfg = ModelConfig(family="transformer", d_model=64, n_heads=2, d_ff=128, enc_layers=1, dec_layers=1, dropout=0.0)
-    toy = ToyConfig(task="reverse", vocab=10, min_len=2, max_len=6, steps=300, batch_size=64, lr=3e-3,
-                    warmup=20, eval_size=50, log_every=0)
-    assert train_toy(cfg, toy, log=None)["exact_match"] > 0.5, "the toy did not learn"
-    model, task = trained["model"].eval(), trained["task"]
+    trained, task = trained_reverse_toy
+    model = copy.deepcopy(trained)  # packed in place below; the fixture is shared
     batch = next(iter(task.batches(1, 200, seed=777)))
     src, mask = batch.src, batch.src_mask
     plain_greedy = _decode(model, batch, "transformer", sep=0, max_len=task.max_len + 1)
