@@ -57,6 +57,12 @@ class PackedLinear(nn.Linear):
         self.bias = linear.bias
         self._packs: dict[tuple[int, int], _Pack] = {}
 
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave the packs behind (oneDNN's opaque tensors cannot be copied); they re-pack."""
+        state = self.__dict__.copy()
+        state["_packs"] = {}
+        return state
+
     def _pack(self, start: int, stop: int) -> _Pack:
         versions = (self.weight._version, -1 if self.bias is None else self.bias._version)
         pack = self._packs.get((start, stop))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import io
 
 import pytest
 import torch
@@ -64,6 +65,24 @@ def test_a_weight_changed_in_place_is_packed_again():
         packed(x)
         packed.load_state_dict({"weight": torch.randn(6, 8), "bias": torch.randn(6)})
         _close(packed(x), F.linear(x, linear.weight, linear.bias))
+
+
+@needs_packing
+def test_a_used_packed_linear_can_be_copied_and_pickled():
+    """oneDNN's packed tensors cannot be copied: copies leave them behind and pack their own."""
+    packed = PackedLinear(nn.Linear(8, 6))
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        y = packed(x)
+        twin = copy.deepcopy(packed)
+        buffer = io.BytesIO()
+        torch.save(packed, buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer, weights_only=False)
+        for other in (twin, loaded):
+            assert other.weight is not packed.weight and other._packs == {}
+            _close(other(x), y)
+    assert packed._packs  # the original keeps its pack
 
 
 def test_training_through_a_packed_linear_is_plain_autograd():
