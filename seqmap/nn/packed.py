@@ -15,7 +15,8 @@ tied weights and ``.weight`` readers are unchanged) and packs on first use:
 - only without autograd (``torch.no_grad`` / ``inference_mode``), on the CPU, in
   float32; otherwise (training, another device or dtype) it is ``F.linear``;
 - a weight changed in place after packing (``load_state_dict``) is packed again:
-  the pack remembers the weight's version counter;
+  the pack remembers the weight's version counter, and ``train()`` / ``eval()`` drop
+  every pack (fused AdamW updates weights without bumping that counter);
 - ``project(x, start, stop)`` multiplies by output rows [start, stop) only, each
   slice packed on its own: cross-attention's queries and its keys/values come from
   two slices of one ``in_proj`` (``seqmap.nn.multihead``), via ``linear_rows``.
@@ -56,6 +57,12 @@ class PackedLinear(nn.Linear):
         self.weight = linear.weight  # the same Parameter objects: state dict and ties unchanged
         self.bias = linear.bias
         self._packs: dict[tuple[int, int], _Pack] = {}
+
+    def train(self, mode: bool = True) -> PackedLinear:
+        """Switching modes drops the packs: an optimizer that updates weights without bumping their version
+        counter (fused AdamW) would otherwise leave a pack stale for the next evaluation."""
+        self._packs = {}
+        return super().train(mode)
 
     def __getstate__(self) -> dict:
         """Copies and pickles leave the packs behind (oneDNN's opaque tensors cannot be copied); they re-pack."""

@@ -68,6 +68,23 @@ def test_a_weight_changed_in_place_is_packed_again():
 
 
 @needs_packing
+def test_training_with_fused_adamw_between_evaluations_never_reads_a_stale_pack():
+    """Fused AdamW changes weights without bumping their version counter; the mode switch drops the packs."""
+    linear = nn.Linear(8, 6)
+    packed = PackedLinear(linear).eval()
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        packed(x)
+    packed.train()
+    optimizer = torch.optim.AdamW(packed.parameters(), lr=0.1, fused=True)
+    packed(x).pow(2).sum().backward()
+    optimizer.step()
+    packed.eval()
+    with torch.no_grad():
+        _close(packed(x), F.linear(x, linear.weight, linear.bias))
+
+
+@needs_packing
 def test_a_used_packed_linear_can_be_copied_and_pickled():
     """oneDNN's packed tensors cannot be copied: copies leave them behind and pack their own."""
     packed = PackedLinear(nn.Linear(8, 6))
