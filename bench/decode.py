@@ -5,7 +5,9 @@
     python bench/decode.py --json out.json  # also write the rows as JSON
     python bench/decode.py --profile        # profile seqmap's decoding instead of timing (torch.profiler)
 
-One model, three runtimes. seqmap builds a post-LN Transformer (3 + 3 layers, D=256, H=4, F=1024,
+One model, three runtimes (seqmap twice: as ``load_run`` gives it to translate, evaluate, generate and serve,
+with oneDNN-packed Linear weights (``seqmap.nn.packed``), and with plain ``nn.Linear``, the "plain Linear"
+column, whose outputs are checked equal). seqmap builds a post-LN Transformer (3 + 3 layers, D=256, H=4, F=1024,
 V=8000, ReLU, one embedding table for source, target and output, embeddings scaled by sqrt(D),
 sinusoidal positions in the "split" layout: sines then cosines). Its weights are copied into a
 Hugging Face ``MarianMTModel`` of the same shape (``final_logits_bias`` zero), which CTranslate2's
@@ -34,8 +36,9 @@ beam outputs. Each runtime runs in its own process (see ``Runtimes``) with ``tor
 (or CTranslate2's ``intra_threads``) at ``--threads`` and ``inter_threads=1``. Timing: each runtime is
 warmed up, then the three are sampled round-robin (so that
 background load hits all of them alike) and the median time of a call is reported as new tokens per
-second (sentences x new tokens / seconds, encoder included). A call decodes all sentences the way each
-runtime does best: one batch for seqmap, one ``generate`` call for transformers, one
+second (sentences x new tokens / seconds, encoder included); "paired" is the median over rounds of the
+ratio within a round, a check on the ratio of medians when the machine's speed drifts. A call
+decodes all sentences the way each runtime does best: one batch for seqmap, one ``generate`` call for transformers, one
 ``translate_batch(max_batch_size=N)`` for CTranslate2.
 """
 
