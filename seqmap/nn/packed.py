@@ -4,7 +4,7 @@
 layout on every call. oneDNN (torch's ``mkldnn`` backend) can reorder a weight once
 into the blocked layout its kernels read, and then multiply by it many times. That
 is decoding's pattern: 8 to 320 rows per step times the same weights, step after
-step. ``bench/decode.py`` measures both in one run (the "seqmap, plain Linear" row);
+step. ``bench/decode.py`` measures both in one run (its "plain Linear" column);
 on the AMD EPYC of docs/benchmarks.md the output projection (64 x 256 times
 256 x 8000) took 0.5x to 0.65x the time packed (``bench/decode_parts.py``).
 
