@@ -95,11 +95,11 @@ def scaled_dot_product_attention(
     """
     t, s = q.size(-2), k.size(-2)
     scale = q.size(-1) ** -0.5 if scale is None else scale
-    if need_weights:
-        return _explicit(q, k, v, _combined_mask(mask, causal, t, s, q.device), bias, dropout_p, scale)
-    if (t <= FEW_QUERIES and q.size(0) * q.size(1) >= MANY_ROWS and q.device.type == "cpu"
-            and not (torch.is_grad_enabled() and q.requires_grad)):  # inference only: training keeps the kernel
-        return _explicit(q, k, v, _combined_mask(mask, causal, t, s, q.device), bias, dropout_p, scale)[0], None
+    few_queries = (t <= FEW_QUERIES and q.size(0) * q.size(1) >= MANY_ROWS and q.device.type == "cpu"
+                   and not (torch.is_grad_enabled() and q.requires_grad))  # inference only: training keeps the kernel
+    if need_weights or few_queries:
+        out, weights = _explicit(q, k, v, _combined_mask(mask, causal, t, s, q.device), bias, dropout_p, scale)
+        return out, weights if need_weights else None
     return _fused(q, k, v, mask, bias, causal, dropout_p, scale), None
 
 
