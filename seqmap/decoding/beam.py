@@ -85,6 +85,7 @@ from seqmap.decoding.greedy import (
     pad_keys,
     start_tokens,
 )
+from seqmap.decoding.inference import inference
 from seqmap.decoding.select import top_candidates
 
 
@@ -314,7 +315,7 @@ def keep_sentences(beams: Beams, keep: Tensor) -> Beams:
                  None if beams.attention is None else beams.attention.index_select(0, rows), beams.finished)
 
 
-@torch.no_grad()
+@inference
 def beam_search(
     model,
     src: Tensor | None,

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seqmap.decoding.inference import inference
 from seqmap.decoding.select import row_max
 
 
@@ -186,7 +187,6 @@ def left_padded(rows: Sequence[Tensor]) -> Tensor:
     return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True, padding_value=-1, padding_side="left")
 
 
-@torch.no_grad()
 def greedy(
     model,
     src: Tensor | None,
@@ -229,7 +229,7 @@ def greedy(
                        no_repeat_ngram=no_repeat_ngram)
 
 
-@torch.no_grad()
+@inference
 def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int, eos: int, max_len: int | Tensor,
                 pad: int = 0, prompt: Tensor | Sequence[Tensor] | None = None, choose: Choose = pick_best,
                 need_attention: bool = False, banned: Sequence[int] = (),

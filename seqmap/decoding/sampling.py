@@ -51,7 +51,6 @@ def sampling_choice(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
     return choose
 
 
-@torch.no_grad()
 def sample(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int, eos: int, max_len: int, pad: int = 0,
            prompt: Tensor | None = None, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
            generator: torch.Generator | None = None, banned: Sequence[int] = (),

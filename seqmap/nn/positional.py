@@ -95,7 +95,8 @@ class SinusoidalPositional(PositionalEncoding):
         end = offset + x.size(1) if positions is None else int(positions.max()) + 1
         if end > self.table.size(0):
             length = max(end, 2 * self.table.size(0))
-            self.table = sinusoidal_table(length, self.d_model, layout=self.layout).to(self.table.device)
+            with torch.inference_mode(False):  # kept for training too (seqmap.decoding.inference)
+                self.table = sinusoidal_table(length, self.d_model, layout=self.layout).to(self.table.device)
         table = self.table[offset:end] if positions is None else self.table[positions]  # (T, D) or (B, T, D)
         return x + table.to(x.dtype)
 
@@ -267,8 +268,9 @@ class RotaryPositional(PositionalEncoding):
     def rotate(self, x: Tensor, pos: Tensor) -> Tensor:
         """x (B, h, T, Dh) at positions pos (T,), or (B, T) one row each -> rotated x, same shape."""
         if pos.numel() and int(pos.max()) >= self.cos.size(0):
-            cos, sin = self._tables(max(int(pos.max()) + 1, 2 * self.cos.size(0)))
-            self.cos, self.sin = cos.to(self.cos.device), sin.to(self.sin.device)
+            with torch.inference_mode(False):  # kept for training too (seqmap.decoding.inference)
+                cos, sin = self._tables(max(int(pos.max()) + 1, 2 * self.cos.size(0)))
+                self.cos, self.sin = cos.to(self.cos.device), sin.to(self.sin.device)
         cos, sin = self.cos[pos].to(x.dtype), self.sin[pos].to(x.dtype)  # (T, Dh) or (B, T, Dh)
         if pos.dim() == 2:
             cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, Dh): one angle per row, shared by the heads
