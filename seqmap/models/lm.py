@@ -35,7 +35,7 @@ from seqmap.models.protocol import Memory
 from seqmap.nn.attention import key_mask
 from seqmap.nn.dropout import Dropout
 from seqmap.nn.layers import EncoderLayer, TokenEmbedding
-from seqmap.nn.multihead import KVCache
+from seqmap.nn.multihead import KVCache, reorder_caches
 from seqmap.nn.positional import LearnedPositional, PositionalEncoding
 
 
@@ -60,8 +60,7 @@ class LMState:
 
     def reorder(self, index: Tensor, *, same_sources: bool = False) -> None:
         """Keep batch rows ``index`` (B',) in that order (in place); ``same_sources`` changes nothing (no source)."""
-        for cache in self.caches:
-            cache.reorder(index)
+        reorder_caches(self.caches, index)
         if self.history is not None:
             self.history = self.history.index_select(0, index)
         if self.pads is not None:

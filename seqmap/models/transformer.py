@@ -24,7 +24,7 @@ from seqmap.nn.attention import key_mask
 from seqmap.nn.copy import CopyHead, mix_copy
 from seqmap.nn.dropout import Dropout
 from seqmap.nn.layers import DecoderLayer, EncoderLayer, TokenEmbedding
-from seqmap.nn.multihead import KVCache
+from seqmap.nn.multihead import KVCache, reorder_caches
 from seqmap.nn.positional import PositionalEncoding
 
 
@@ -104,8 +104,7 @@ class TransformerState:
         Otherwise they follow the rows' sources, one copy per block of rows
         that read the same source (``source_blocks``).
         """
-        for cache in self.caches:
-            cache.reorder(index)
+        reorder_caches(self.caches, index)
         if same_sources:
             return
         if self.copy_keys is not None:

@@ -20,26 +20,28 @@ from seqmap.nn.attention import scaled_dot_product_attention
 from seqmap.nn.packed import linear_rows
 from seqmap.nn.positional import PositionalEncoding
 
-SMALL_CACHE = 1 << 18  # keys of at most this many numbers are reordered whole (``KVCache.reorder``)
-
 
 class KVCache:
     """Keys and values seen so far by one self-attention layer, for incremental decoding.
 
     Storage is preallocated and grows by doubling, so appending one step writes
     in place instead of concatenating the whole history. ``reorder`` selects batch
-    rows (beam search) and copies only the slots whose content changes: see ``reorder``.
+    rows (beam search) and copies only the slots whose content changes: see ``reorder_caches``.
 
-    ``lineage`` (B, capacity) names the append that wrote each slot (one id per row and
-    slot of each ``append``); reorders carry it along with the keys and values. Two
-    slots with the same id hold the same keys and values, bit for bit.
+    ``lineage`` (B, length) names the append that wrote each slot (one id per row and
+    slot); reorders carry it along with the keys and values. Two slots with the same id
+    hold the same keys and values, bit for bit. Ids are given when the lineage is first
+    read (a reorder), not at each append: slots written since the last reorder are each
+    their own row's, so fresh ids name them as well, and greedy decoding, which never
+    reorders, never writes one.
     """
 
     def __init__(self) -> None:
         self.k: Tensor | None = None  # (B, Hkv, capacity, Dh)
         self.v: Tensor | None = None
-        self.lineage: Tensor | None = None  # (B, capacity) long
+        self._lineage: Tensor | None = None  # (B, capacity) long; slots [0, _named) hold ids
         self.length = 0
+        self._named = 0
         self._next_id = 0
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -54,76 +56,43 @@ class KVCache:
             if self.k is not None:
                 grown_k[:, :, : self.length] = self.k[:, :, : self.length]
                 grown_v[:, :, : self.length] = self.v[:, :, : self.length]
-                grown_lineage[:, : self.length] = self.lineage[:, : self.length]
-            self.k, self.v, self.lineage = grown_k, grown_v, grown_lineage
+                grown_lineage[:, : self._named] = self._lineage[:, : self._named]
+            self.k, self.v, self._lineage = grown_k, grown_v, grown_lineage
         self.k[:, :, self.length : new_len] = k
         self.v[:, :, self.length : new_len] = v
-        ids = torch.arange(self._next_id, self._next_id + rows * t, device=k.device)
-        self.lineage[:, self.length : new_len] = ids.view(rows, t)
-        self._next_id += rows * t
         self.length = new_len
         return self.k[:, :, :new_len], self.v[:, :, :new_len]
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` (B',) in that order (any rows, repeats allowed), e.g. the surviving beams.
-
-        With the batch size unchanged (beams reordered) the rows are updated in place, and
-        only where they change: row i takes row index[i]'s slots from the first slot where
-        the two lineages differ. Beams of one sentence share all but their last few tokens,
-        so this is a few slots per row instead of the whole history (beam-5 on
-        bench/decode.py: about 2 slots per row on average against 32). Rows are grouped by
-        the number of slots they copy, rounded up to a power of two, and each group is one
-        gather; all groups read before any writes. An identity ``index`` copies nothing. A
-        small cache (at most ``SMALL_CACHE`` numbers: a sentence or two) is gathered whole,
-        which takes fewer operations.
-        A new batch size (rows dropped, or repeated into beams) selects the rows in use
-        into new storage of the same capacity. (docs/benchmarks.md, issue 18.)
-        """
+    @property
+    def lineage(self) -> Tensor | None:
+        """(B, length) the id of the append that wrote each slot (a view: writing to it writes the cache's)."""
         if self.k is None:
-            return
-        length = self.length
+            return None
+        if self._named < self.length:
+            rows, fresh = self.k.size(0), self.length - self._named
+            ids = torch.arange(self._next_id, self._next_id + rows * fresh, device=self.k.device)
+            self._lineage[:, self._named : self.length] = ids.view(rows, fresh)
+            self._next_id += rows * fresh
+            self._named = self.length
+        return self._lineage[:, : self.length]
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (B',) in that order (any rows, repeats allowed), e.g. the surviving beams
+        (``reorder_caches`` with this cache alone)."""
+        reorder_caches([self], index)
+
+    def _select(self, index: Tensor) -> None:
+        """Rows ``index`` into new storage (a new batch size, or a cache that records gradients)."""
+        lineage = self.lineage
         if self.k.requires_grad and torch.is_grad_enabled():  # in-place copies cannot record a gradient
             self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
-            self.lineage = self.lineage.index_select(0, index)
+            self._lineage = self._lineage.index_select(0, index)
             return
-        if index.numel() != self.k.size(0):
-            stores = (self.k, self.v, self.lineage)
-            self.k, self.v, self.lineage = (store.new_empty(index.numel(), *store.shape[1:]) for store in stores)
-            for old, new in zip(stores, (self.k, self.v, self.lineage), strict=True):
-                slots = 1 if old.dim() == 2 else 2
-                torch.index_select(old.narrow(slots, 0, length), 0, index,
-                                   out=new.narrow(slots, 0, length))
-            return
-        lineage = self.lineage[:, :length]
-        parent = lineage.index_select(0, index)
-        if self.k[:, :, :length].numel() <= SMALL_CACHE:  # a few rows: one gather of everything costs less
-            if not torch.equal(index, torch.arange(index.numel(), device=index.device)):
-                self._copy_suffixes([(length, torch.arange(index.numel(), device=index.device), index)])
-                lineage.copy_(parent)
-            return
-        changed = lineage != parent  # (B, length) slots whose keys/values must change
-        moves = changed.any(dim=1)
-        if not bool(moves.any()):
-            return
-        need = torch.where(moves, length - changed.to(torch.uint8).argmax(dim=1), 0)  # (B,) slots to copy
-        width = torch.where(need > 0, 2 ** torch.ceil(torch.log2(need.clamp(min=1).float())).long(), 0)
-        groups = []
-        for w in width.unique().tolist():
-            if w:
-                rows = (width == w).nonzero().squeeze(1)
-                groups.append((min(w, length), rows, index.index_select(0, rows)))
-        self._copy_suffixes(groups)
-        lineage.copy_(parent)
-
-    def _copy_suffixes(self, groups: list[tuple[int, Tensor, Tensor]]) -> None:
-        """For each (width, rows, sources): the last ``width`` slots of ``rows`` := those of ``sources``.
-        Every group reads before any writes, so sources may be among the rows written."""
-        length = self.length
-        gathered = [[store.narrow(2, length - width, width).index_select(0, sources) for store in (self.k, self.v)]
-                    for width, _, sources in groups]
-        for (width, rows, _), (k, v) in zip(groups, gathered, strict=True):
-            self.k.narrow(2, length - width, width).index_copy_(0, rows, k)
-            self.v.narrow(2, length - width, width).index_copy_(0, rows, v)
+        stores = (self.k, self.v, self._lineage)
+        self.k, self.v, self._lineage = (store.new_empty(index.numel(), *store.shape[1:]) for store in stores)
+        for old, new in zip(stores[:2], (self.k, self.v), strict=True):
+            torch.index_select(old.narrow(2, 0, self.length), 0, index, out=new.narrow(2, 0, self.length))
+        torch.index_select(lineage, 0, index, out=self._lineage.narrow(1, 0, self.length))
 
     @classmethod
     def stack(cls, caches: Sequence[KVCache]) -> KVCache:
@@ -142,6 +111,80 @@ class KVCache:
         stacked.append(torch.cat([aligned(c.k, c.length) for c in caches]),
                        torch.cat([aligned(c.v, c.length) for c in caches]))
         return stacked
+
+
+def reorder_caches(caches: Sequence[KVCache], index: Tensor) -> None:
+    """Keep batch rows ``index`` (B',) of each cache in that order (any rows, repeats allowed).
+
+    With the batch size unchanged (beam search reordering the beams of each sentence) the
+    rows are updated in place, and only where they change: row i takes row index[i]'s slots
+    from the first slot where the two lineages differ. Beams of one sentence share all but
+    their last few tokens, so this is a few slots per row instead of the whole history
+    (beam-5 on bench/decode.py: about 2 slots per row on average against 32). All the slots
+    of a reorder are one gather and one scatter per keys or values tensor, and caches with
+    equal lineages (the layers of one decoder, appended and reordered in step) share one
+    plan of what to copy. An identity ``index`` copies nothing.
+    A new batch size (rows dropped, or repeated into beams) selects the rows in use into new
+    storage of the same capacity. (docs/benchmarks.md, issue 18.)
+    """
+    plans: list[tuple[Tensor, _SlotCopies | None]] = []  # (lineage before the reorder, its plan)
+    todo = []
+    for cache in caches:
+        if cache.k is None:
+            continue
+        if index.numel() != cache.k.size(0) or (cache.k.requires_grad and torch.is_grad_enabled()):
+            cache._select(index)
+            continue
+        lineage = cache.lineage
+        shared = [plan for seen, plan in plans if seen.shape == lineage.shape and torch.equal(seen, lineage)]
+        if shared:
+            plan = shared[0]
+        else:
+            plan = _SlotCopies.plan(lineage, index)
+            plans.append((lineage, plan))
+        todo.append((cache, plan))
+    for cache, plan in todo:  # after planning: the lineages compared above are the ones before the reorder
+        if plan is not None:
+            plan.apply(cache)
+
+
+class _SlotCopies:
+    """What a reorder of the same batch size copies: each (row, slot) in ``rows``/``slots`` takes the keys and
+    values of (``sources``, slot); then the lineage becomes ``parent``."""
+
+    def __init__(self, rows: Tensor, sources: Tensor, slots: Tensor, parent: Tensor):
+        self.rows, self.sources, self.slots, self.parent = rows, sources, slots, parent
+        self._flat: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}  # (Hkv, capacity) -> storage rows
+
+    @classmethod
+    def plan(cls, lineage: Tensor, index: Tensor) -> _SlotCopies | None:
+        """Row i copies row index[i]'s slots from the first one whose lineage differs; None if none does."""
+        parent = lineage.index_select(0, index)
+        changed = lineage != parent  # (B, length)
+        moves = changed.any(dim=1)
+        if not bool(moves.any()):
+            return None
+        length = lineage.size(1)
+        need = torch.where(moves, length - changed.to(torch.uint8).argmax(dim=1), 0)  # (B,) slots to copy
+        rows = torch.repeat_interleave(need)  # (N,) the row of each slot to copy, row by row
+        run_start = torch.cumsum(need, 0) - need  # (B,) where each row's slots begin among the N
+        slots = torch.arange(rows.numel(), device=rows.device) - run_start[rows] + (length - need)[rows]
+        return cls(rows, index[rows], slots, parent)
+
+    def apply(self, cache: KVCache) -> None:
+        heads, capacity = cache.k.size(1), cache.k.size(2)
+        if (heads, capacity) not in self._flat:  # (row, head, slot) -> row of the (B Hkv capacity, Dh) storage
+            head_start = torch.arange(heads, device=self.rows.device) * capacity
+
+            def storage_rows(rows: Tensor) -> Tensor:
+                return (rows[:, None] * (heads * capacity) + head_start + self.slots[:, None]).flatten()
+
+            self._flat[(heads, capacity)] = storage_rows(self.rows), storage_rows(self.sources)
+        written, read = self._flat[(heads, capacity)]
+        for store in (cache.k, cache.v):
+            flat = store.view(-1, store.size(3))
+            flat.index_copy_(0, written, flat.index_select(0, read))  # all read before any is written
+        cache.lineage.copy_(self.parent)
 
 
 class MultiHeadAttention(nn.Module):

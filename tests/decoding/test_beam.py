@@ -19,7 +19,7 @@ from seqmap.decoding.beam import beam_search, gnmt_penalty
 from seqmap.decoding.greedy import greedy
 from seqmap.models.builder import build_model
 from seqmap.models.protocol import Memory
-from seqmap.nn.multihead import KVCache
+from seqmap.nn.multihead import KVCache, reorder_caches
 
 PAD, BOS, EOS = 0, 1, 2
 V = 8  # small, so random models end hypotheses with EOS at varied lengths
@@ -455,12 +455,9 @@ def test_kv_cache_reorder_matches_index_select_and_keeps_its_capacity(index):
     assert torch.equal(got_v, torch.cat([v[index], v2], dim=2))
 
 
-@pytest.mark.parametrize("small", [False, True], ids=["suffixes", "small-cache-whole"])
-def test_kv_cache_reorders_repeatedly_in_place_and_equals_gathering(monkeypatch, small):
+def test_kv_cache_reorders_repeatedly_in_place_and_equals_gathering(monkeypatch):
     """Beam-like reorders (rows of a block of 5 choose parents among themselves, so histories share prefixes)
-    update the storage in place, copying only the changed suffixes (or, for a small cache, everything);
-    every step equals gathering whole rows."""
-    monkeypatch.setattr(multihead, "SMALL_CACHE", 1 << 30 if small else 0)
+    update the storage in place, copying only the changed suffixes; every step equals gathering whole rows."""
     g = torch.Generator().manual_seed(0)
     cache, k, v = KVCache(), torch.randn(10, 2, 3, 3, generator=g), torch.randn(10, 2, 3, 3, generator=g)
     cache.append(k, v)
@@ -470,7 +467,8 @@ def test_kv_cache_reorders_repeatedly_in_place_and_equals_gathering(monkeypatch,
 
     def counting(self, dim, index):
         out = real_index_select(self, dim, index)
-        gathered.append(out.numel() if self.dim() == 4 else 0)  # keys/values, not the lineage
+        if self.is_floating_point():  # keys/values (storage rows of Dh numbers), not the lineage
+            gathered.append(out.numel())
         return out
 
     monkeypatch.setattr(torch.Tensor, "index_select", counting)
@@ -490,11 +488,37 @@ def test_kv_cache_reorders_repeatedly_in_place_and_equals_gathering(monkeypatch,
         assert torch.equal(got_k, k) and torch.equal(got_v, v)
         storages.add(cache.k.data_ptr())
     assert len(storages) <= 2  # in place, and one growth (capacity 16 -> 32) at most
-    assert copied[5] == 0 and max(copied) <= 1
-    if small:
-        assert min(copied[:5] + copied[6:]) == 1
-    else:
-        assert sum(copied[-8:]) / 8 < 0.5  # late reorders copy a small part of the histories
+    assert copied[5] == 0 and max(copied) <= 1 and min(copied[:5] + copied[6:]) > 0
+    assert sum(copied[-8:]) / 8 < 0.5  # late reorders copy a small part of the histories
+
+
+def test_caches_reordered_together_share_one_plan_and_each_equals_gathering(monkeypatch):
+    """Three layers' caches appended in step share one plan of what to copy; a fourth, reordered on its own
+    before (its lineage differs), gets its own; every cache equals gathering its rows."""
+    g = torch.Generator().manual_seed(1)
+    caches = [KVCache() for _ in range(4)]
+    stores = [[torch.randn(6, 2, 4, 3, generator=g), torch.randn(6, 2, 4, 3, generator=g)] for _ in caches]
+    for cache, (k, v) in zip(caches, stores):
+        cache.append(k, v)
+    planned = []
+    real_plan = multihead._SlotCopies.plan
+    monkeypatch.setattr(multihead._SlotCopies, "plan", lambda lineage, index: planned.append(1) or
+                        real_plan(lineage, index))
+    odd = torch.tensor([1, 1, 0, 4, 3, 3])
+    caches[3].reorder(odd)  # the fourth cache alone: its lineage now differs from the others'
+    stores[3] = [s[odd] for s in stores[3]]
+    for _ in range(4):
+        planned.clear()
+        index = torch.randint(0, 3, (6,), generator=g) + torch.arange(6) // 3 * 3
+        reorder_caches(caches, index)
+        assert len(planned) == 2  # one for the three in step, one for the fourth
+        for cache, kv in zip(caches, stores):
+            kv[:] = [s[index] for s in kv]
+            length = cache.length
+            assert torch.equal(cache.k[:, :, :length], kv[0]) and torch.equal(cache.v[:, :, :length], kv[1])
+            new_k, new_v = torch.randn(6, 2, 1, 3, generator=g), torch.randn(6, 2, 1, 3, generator=g)
+            cache.append(new_k, new_v)
+            kv[:] = [torch.cat([kv[0], new_k], dim=2), torch.cat([kv[1], new_v], dim=2)]
 
 
 class CountingState(HistoryState):
