@@ -104,7 +104,7 @@ class TransformerState:
         Otherwise they follow the rows' sources, one copy per block of rows
         that read the same source (``source_blocks``).
         """
-        reorder_caches(self.caches, index)
+        reorder_caches(self.caches, index, blocks=self.per_source if same_sources else 1)
         if same_sources:
             return
         if self.copy_keys is not None:

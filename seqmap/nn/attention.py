@@ -18,6 +18,11 @@ and B H = 256 to 1280 it took 1.1x to 2.4x the explicit path's time, while for a
 sentence (B H = 4) it took half, and from T = 64 on it is as fast or faster
 (docs/benchmarks.md, issue 18).
 ``tests/nn/test_attention.py`` checks that the two agree.
+
+``shared_prefix_attention`` is the explicit path for beams: the k beams of a sentence
+share most of their history, so the keys and values of the common prefix are kept once
+per sentence and read once, with the k beams' queries together (as cross-attention reads
+one copy of the source), and only each beam's own last slots are read per beam.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+SHARED_PREFIX_MIN = 16  # beams attend to a common prefix once per sentence from this many shared slots on
 FEW_QUERIES = 32  # up to this many queries per row over at least MANY_ROWS (batch x heads) rows,
 MANY_ROWS = 128  # the CPU takes the explicit path (module docstring)
 
@@ -161,3 +167,30 @@ def _fused(q, k, v, mask, bias, causal, dropout_p, scale):
     if has_key is not None:
         out = out * has_key.to(out.dtype)
     return out
+
+
+def shared_prefix_attention(q: Tensor, prefix_k: Tensor, prefix_v: Tensor, k: Tensor, v: Tensor, *,
+                            scale: float | None = None) -> Tensor:
+    """One query per row, for rows in blocks of r whose first P keys and values are the same in the block.
+
+    Args:
+        q: (G r, H, 1, Dh) queries; rows [i r, (i + 1) r) form block i (the beams of sentence i).
+        prefix_k, prefix_v: (G, H, P, Dh) the keys/values block i's rows share, held once.
+        k, v: (G r, H, S - P, Dh) each row's own keys/values after the shared ones.
+
+    Returns the (G r, H, 1, Dv) output: the same as ``scaled_dot_product_attention`` over each row's
+    whole history (the prefix repeated r times, then its own keys), to float rounding (the sums
+    are split in two). No mask, bias or dropout: a decoding step over a cache.
+    """
+    groups, heads, shared, _ = prefix_k.shape
+    rows = q.size(0)
+    r = rows // groups
+    scale = q.size(-1) ** -0.5 if scale is None else scale
+    block_q = q.view(groups, r, heads, q.size(-1)).transpose(1, 2)  # (G, H, r, Dh): a block's queries together
+    on_prefix = torch.matmul(block_q, prefix_k.transpose(-2, -1))  # (G, H, r, P)
+    on_prefix = on_prefix.transpose(1, 2).reshape(rows, heads, 1, shared)
+    scores = torch.cat([on_prefix, torch.matmul(q, k.transpose(-2, -1))], dim=-1) * scale  # (G r, H, 1, S)
+    weights = torch.softmax(scores, dim=-1)
+    from_prefix = torch.matmul(weights[..., :shared].reshape(groups, r, heads, shared).transpose(1, 2), prefix_v)
+    own = torch.matmul(weights[..., shared:], v)  # (G r, H, 1, Dv)
+    return from_prefix.transpose(1, 2).reshape(own.shape) + own

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqmap.nn.attention import scaled_dot_product_attention
+from seqmap.nn.attention import SHARED_PREFIX_MIN, scaled_dot_product_attention, shared_prefix_attention
 from seqmap.nn.packed import linear_rows
 from seqmap.nn.positional import PositionalEncoding
 
@@ -34,6 +34,12 @@ class KVCache:
     read (a reorder), not at each append: slots written since the last reorder are each
     their own row's, so fresh ids name them as well, and greedy decoding, which never
     reorders, never writes one.
+
+    Shared prefix: when the rows come in blocks of r (beam search's k beams per sentence,
+    ``reorder_caches(..., blocks=r)``), the first ``shared`` slots hold the same keys and
+    values in every row of each block (the beams' common history). The cache then also
+    keeps those slots once per block (``prefix``), so that attention reads them once per
+    sentence with the block's r queries together (``seqmap.nn.attention.shared_prefix_attention``).
     """
 
     def __init__(self) -> None:
@@ -43,6 +49,9 @@ class KVCache:
         self.length = 0
         self._named = 0
         self._next_id = 0
+        self.blocks = 1  # r: rows [i r, (i + 1) r) share their first ``shared`` slots
+        self.shared = 0
+        self._prefix: tuple[Tensor, Tensor] | None = None  # (B / r, Hkv, capacity, Dh) keys and values
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add (B, Hkv, t, Dh) new keys/values; return views of all (B, Hkv, length, Dh)."""
@@ -84,6 +93,7 @@ class KVCache:
     def _select(self, index: Tensor) -> None:
         """Rows ``index`` into new storage (a new batch size, or a cache that records gradients)."""
         lineage = self.lineage
+        self.blocks, self.shared, self._prefix = 1, 0, None
         if self.k.requires_grad and torch.is_grad_enabled():  # in-place copies cannot record a gradient
             self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
             self._lineage = self._lineage.index_select(0, index)
@@ -93,6 +103,34 @@ class KVCache:
         for old, new in zip(stores[:2], (self.k, self.v), strict=True):
             torch.index_select(old.narrow(2, 0, self.length), 0, index, out=new.narrow(2, 0, self.length))
         torch.index_select(lineage, 0, index, out=self._lineage.narrow(1, 0, self.length))
+
+    @property
+    def prefix(self) -> tuple[Tensor, Tensor] | None:
+        """Keys and values (B / r, Hkv, shared, Dh) of the slots each block of r rows shares, or None."""
+        if not self.shared:
+            return None
+        k, v = self._prefix
+        return k[:, :, : self.shared], v[:, :, : self.shared]
+
+    def _share(self, blocks: int, shared: int) -> None:
+        """Rows now come in blocks of ``blocks`` that share their first ``shared`` slots: keep those once per
+        block, copying only the slots not kept yet (a block's common history only grows as its beams advance)."""
+        if blocks != self.blocks or shared < self.shared:
+            self.shared, self._prefix = 0, None
+        self.blocks = blocks
+        if shared <= self.shared:
+            return
+        first = self.k.size(0) // blocks
+        if self._prefix is None or shared > self._prefix[0].size(2):
+            capacity = self.k.size(2)
+            grown = tuple(store.new_empty(first, store.size(1), capacity, store.size(3)) for store in (self.k, self.v))
+            if self._prefix is not None:
+                for old, new in zip(self._prefix, grown, strict=True):
+                    new[:, :, : self.shared] = old[:, :, : self.shared]
+            self._prefix = grown
+        for store, kept in zip((self.k, self.v), self._prefix, strict=True):  # rows 0, r, 2r, ...: one per block
+            kept[:, :, self.shared : shared] = store[::blocks, :, self.shared : shared]
+        self.shared = shared
 
     @classmethod
     def stack(cls, caches: Sequence[KVCache]) -> KVCache:
@@ -113,7 +151,7 @@ class KVCache:
         return stacked
 
 
-def reorder_caches(caches: Sequence[KVCache], index: Tensor) -> None:
+def reorder_caches(caches: Sequence[KVCache], index: Tensor, *, blocks: int = 1) -> None:
     """Keep batch rows ``index`` (B',) of each cache in that order (any rows, repeats allowed).
 
     With the batch size unchanged (beam search reordering the beams of each sentence) the
@@ -126,6 +164,10 @@ def reorder_caches(caches: Sequence[KVCache], index: Tensor) -> None:
     plan of what to copy. An identity ``index`` copies nothing.
     A new batch size (rows dropped, or repeated into beams) selects the rows in use into new
     storage of the same capacity. (docs/benchmarks.md, issue 18.)
+
+    ``blocks`` r >= 2: the caller promises that rows stay in blocks of r (beam search's beams
+    move only within their sentence's block); each cache then keeps the slots its blocks
+    have in common once per block (``KVCache.prefix``).
     """
     plans: list[tuple[Tensor, _SlotCopies | None]] = []  # (lineage before the reorder, its plan)
     todo = []
@@ -146,6 +188,8 @@ def reorder_caches(caches: Sequence[KVCache], index: Tensor) -> None:
     for cache, plan in todo:  # after planning: the lineages compared above are the ones before the reorder
         if plan is not None:
             plan.apply(cache)
+            if blocks > 1:
+                cache._share(blocks, plan.common_prefix(blocks))
 
 
 class _SlotCopies:
@@ -155,6 +199,7 @@ class _SlotCopies:
     def __init__(self, rows: Tensor, sources: Tensor, slots: Tensor, parent: Tensor):
         self.rows, self.sources, self.slots, self.parent = rows, sources, slots, parent
         self._flat: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}  # (Hkv, capacity) -> storage rows
+        self._common: dict[int, int] = {}  # blocks -> common_prefix
 
     @classmethod
     def plan(cls, lineage: Tensor, index: Tensor) -> _SlotCopies | None:
@@ -170,6 +215,14 @@ class _SlotCopies:
         run_start = torch.cumsum(need, 0) - need  # (B,) where each row's slots begin among the N
         slots = torch.arange(rows.numel(), device=rows.device) - run_start[rows] + (length - need)[rows]
         return cls(rows, index[rows], slots, parent)
+
+    def common_prefix(self, blocks: int) -> int:
+        """The number of leading slots in which every row of each block of ``blocks`` rows has the same lineage."""
+        if blocks not in self._common:
+            lineage = self.parent.view(-1, blocks, self.parent.size(1))
+            differs = (lineage != lineage[:, :1]).any(dim=1).any(dim=0)  # (length,) a slot some block differs at
+            self._common[blocks] = int(differs.to(torch.uint8).argmax()) if bool(differs.any()) else differs.numel()
+        return self._common[blocks]
 
     def apply(self, cache: KVCache) -> None:
         heads, capacity = cache.k.size(1), cache.k.size(2)
@@ -275,6 +328,10 @@ class MultiHeadAttention(nn.Module):
             q, k = positional.rotate(q, turn), positional.rotate(k, turn)
         if cache is not None:
             k, v = cache.append(k, v)
+            if self._reads_shared_prefix(q, k, cache, mask, positional, need_weights):
+                prefix_k, prefix_v = cache.prefix
+                out = shared_prefix_attention(q, prefix_k, prefix_v, k[:, :, cache.shared:], v[:, :, cache.shared:])
+                return self.out_proj(self._merge(out)), None
         if positional is not None:
             k_pos = torch.arange(k.size(2), device=x.device)
             bias = positional.score_bias(q, q_pos, k_pos)
@@ -288,6 +345,16 @@ class MultiHeadAttention(nn.Module):
         if value_positional is not None:
             out = out + value_positional.value_term(weights, q_pos, k_pos)
         return self.out_proj(self._merge(out)), weights
+
+    def _reads_shared_prefix(self, q: Tensor, k: Tensor, cache: KVCache, mask: Tensor | None,
+                             positional: PositionalEncoding | None, need_weights: bool) -> bool:
+        """Whether a decoding step attends through ``shared_prefix_attention``: one query per row over a cache
+        whose blocks share at least SHARED_PREFIX_MIN slots, nothing else in the scores (no mask, no
+        position bias, no weights asked for), every head its own keys, at inference on the CPU (where
+        the explicit path serves decoding steps, see ``seqmap.nn.attention``)."""
+        return (cache.shared >= SHARED_PREFIX_MIN and q.size(2) == 1 and mask is None and positional is None
+                and not need_weights and k.size(1) == q.size(1) and q.device.type == "cpu"
+                and not torch.is_grad_enabled() and not self.training)
 
     def cross_attention(
         self,

@@ -536,3 +536,26 @@ def test_beam_one_never_reorders_the_state():
     assert CountingState.reorders == 0  # every reorder would be the identity
     beam_search(model, torch.full((2, 2), 3), None, beam_size=2, bos=BOS, eos=EOS, max_len=6)
     assert CountingState.reorders >= 1
+
+
+def test_beams_reading_their_shared_prefix_once_find_the_same_hypotheses(monkeypatch):
+    """A Transformer's beam search with each sentence's common history read once per sentence
+    (``shared_prefix_attention``, from 4 shared slots here) finds the same hypotheses, with the same
+    scores to float rounding, as with every beam reading its own copy."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(family="transformer", src_vocab=40, tgt_vocab=40, d_model=32, n_heads=4,
+                                    d_ff=64, enc_layers=1, dec_layers=2, dropout=0.0)).eval()
+    src = torch.randint(3, 40, (3, 7), generator=torch.Generator().manual_seed(1))
+    calls = []
+    real = multihead.shared_prefix_attention
+    monkeypatch.setattr(multihead, "shared_prefix_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    def search(shared_from):
+        monkeypatch.setattr(multihead, "SHARED_PREFIX_MIN", shared_from)
+        return beam_search(model, src, None, beam_size=4, bos=1, eos=2, max_len=30, n_best=4, banned=(0,))
+
+    alone, shared = search(10**9), search(4)
+    assert calls  # the second search read shared prefixes
+    for ours, theirs in zip(shared.hypotheses, alone.hypotheses, strict=True):
+        assert [h.tokens for h in ours] == [h.tokens for h in theirs]
+        assert [h.score for h in ours] == pytest.approx([h.score for h in theirs], abs=1e-5)

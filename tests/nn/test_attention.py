@@ -9,7 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seqmap.nn.attention import causal_mask, key_mask, padding_mask, scaled_dot_product_attention
+from seqmap.nn.attention import (
+    causal_mask,
+    key_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+    shared_prefix_attention,
+)
 
 B, H, T, S, DH = 2, 4, 5, 7, 8
 
@@ -231,3 +237,24 @@ def test_few_queries_over_many_rows_take_the_explicit_path_on_the_cpu(monkeypatc
     scaled_dot_product_attention(q[:1], k[:1], v[:1], mask[:1])  # one sentence: B H < MANY_ROWS
     scaled_dot_product_attention(torch.randn(rows, H, attention.FEW_QUERIES + 1, DH), k, v, mask)
     assert len(calls) == 2
+
+
+def test_shared_prefix_attention_equals_attention_over_each_rows_whole_history():
+    """Blocks of r rows sharing their first P keys/values, read once per block, give what each row's own
+    attention over the prefix (repeated) and its own keys gives."""
+    g, r, h, p, own, dh = 3, 4, 2, 5, 3, 8
+    q = torch.randn(g * r, h, 1, dh)
+    prefix_k, prefix_v = torch.randn(g, h, p, dh), torch.randn(g, h, p, dh)
+    k, v = torch.randn(g * r, h, own, dh), torch.randn(g * r, h, own, dh)
+    whole_k = torch.cat([prefix_k.repeat_interleave(r, dim=0), k], dim=2)
+    whole_v = torch.cat([prefix_v.repeat_interleave(r, dim=0), v], dim=2)
+    expected, _ = scaled_dot_product_attention(q, whole_k, whole_v, need_weights=True)
+    got = shared_prefix_attention(q, prefix_k, prefix_v, k, v)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
+    # a row's output depends on its own block's prefix only
+    moved = prefix_k.clone()
+    moved[1] += 1.0
+    changed = shared_prefix_attention(q, moved, prefix_v, k, v)
+    assert torch.equal(changed[:r], got[:r]) and torch.equal(changed[2 * r:], got[2 * r:])
+    assert not torch.allclose(changed[r: 2 * r], got[r: 2 * r])

@@ -10,8 +10,9 @@ import pytest
 import torch
 from torch import nn
 
+import seqmap.nn.multihead as multihead
 from seqmap.nn.attention import causal_mask, key_mask, padding_mask
-from seqmap.nn.multihead import KVCache, MultiHeadAttention
+from seqmap.nn.multihead import KVCache, MultiHeadAttention, reorder_caches
 
 B, T, S, D, H = 2, 6, 5, 16, 4
 DH = D // H
@@ -321,3 +322,42 @@ def test_cache_reorder_keeps_gradients_when_training():
     out.sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
     assert x.grad[1, :3].abs().sum() == 0  # row 1's past was dropped
+
+
+def test_beams_in_blocks_read_their_shared_prefix_once_and_decode_exactly(monkeypatch):
+    """Rows in blocks of r (beams of a sentence) reordered within their block: the cache keeps the slots
+    each block has in common once (``KVCache.prefix``, found from the lineage, never more than the rows'
+    keys share), through growths of the cache and a change of blocks, and steps attending through it
+    equal a full recomputation of each history."""
+    monkeypatch.setattr(multihead, "SHARED_PREFIX_MIN", 2)
+    calls = []
+    real = multihead.shared_prefix_attention
+    monkeypatch.setattr(multihead, "shared_prefix_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    mha = MultiHeadAttention(D, H).eval()
+    gen = torch.Generator().manual_seed(0)
+    rows, steps = 6, 24
+    x = torch.randn(rows, steps + 2, D, generator=gen)
+    history = x[:, :2]
+    with torch.no_grad():
+        _, cache = _decode(mha, history, [1, 1])
+    for step in range(steps):
+        r = 3 if step < 18 else 2  # blocks of 3 rows, then of 2
+        if step % 3 == 2:  # every row of a block follows the block's first: the histories become one
+            index = torch.arange(rows) // r * r
+        else:
+            index = torch.randint(0, r, (rows,), generator=gen) + torch.arange(rows) // r * r
+        reorder_caches([cache], index, blocks=r)
+        history = history[index]
+        common = cache.k[:, :, : cache.shared].reshape(rows // r, r, -1)
+        assert torch.equal(common, common[:, :1].expand(-1, r, -1))  # never claims more than the keys share
+        if step % 3 == 2:
+            assert cache.shared == cache.length  # everything is shared right after the blocks collapse
+        if cache.shared:
+            assert torch.equal(cache.prefix[0], cache.k[::r, :, : cache.shared])
+            assert torch.equal(cache.prefix[1], cache.v[::r, :, : cache.shared])
+        history = torch.cat([history, x[:, 2 + step : 3 + step]], dim=1)
+        with torch.no_grad():
+            last, _ = mha.self_attention(history[:, -1:], causal=True, offset=history.size(1) - 1, cache=cache)
+            full, _ = mha.self_attention(history, causal=True)
+        _close(last[:, 0], full[:, -1])
+    assert cache.k.size(2) == 32 and len(calls) >= 12  # grown past 16 slots; the shared path served the steps
