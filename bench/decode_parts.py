@@ -12,8 +12,11 @@ both ways, alternating, and reports the median of ``--repeats`` runs of ``--inne
   (``seqmap.nn.attention``) for decoding-step shapes;
 - best token / best 2k candidates: ``Tensor.max`` and ``topk`` over the expanded scores against
   ``seqmap.decoding.select``;
+- beam-5 self-attention: each beam reading its own copy of the history (the explicit path over the
+  cache, 48 of 64 slots in use) against ``shared_prefix_attention`` (the 40 slots the 5 beams of a
+  sentence share, read once per sentence from ``KVCache.prefix``; 8 slots of their own);
 - cache reorder: gathering every row's whole history against ``KVCache.reorder``'s changed suffixes,
-  on beam-5 reorders taken from a real search of bench/decode.py's model (about 2 changed slots per row).
+  on beam-5 reorders whose rows share all but their last 3 slots (about 2 changed slots per row).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import cpu_name  # noqa: E402
 
 from seqmap.decoding.select import row_max, top_candidates  # noqa: E402
-from seqmap.nn.attention import _explicit, _fused  # noqa: E402
+from seqmap.nn.attention import _explicit, _fused, shared_prefix_attention  # noqa: E402
 from seqmap.nn.multihead import KVCache  # noqa: E402
 from seqmap.nn.packed import PackedLinear  # noqa: E402
 
@@ -116,6 +119,18 @@ def reorder_row(history: int = 32, sentences: int = 64, beams: int = 5):
             "KVCache.reorder (suffixes)", restore_only)
 
 
+def shared_prefix_row(sentences: int = 64, beams: int = 5, length: int = 48, shared: int = 40, capacity: int = 64):
+    rows = sentences * beams
+    q = torch.randn(rows, H, 1, DH)
+    k, v = (torch.randn(rows, H, capacity, DH)[:, :, :length] for _ in range(2))  # views of a cache's storage
+    prefix_k, prefix_v = (torch.randn(sentences, H, capacity, DH)[:, :, :shared] for _ in range(2))
+    scale = DH**-0.5
+    yield (f"attention beam-5 self, B={rows} S={length}, {shared} shared",
+           lambda: _explicit(q, k, v, None, None, 0.0, scale),
+           lambda: shared_prefix_attention(q, prefix_k, prefix_v, k[:, :, shared:], v[:, :, shared:]),
+           "explicit, every beam", "shared_prefix_attention")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -128,7 +143,7 @@ def main(argv=None) -> None:
     print(f"{'operation':<58} {'before':>22} {'us':>8} {'after':>26} {'us':>8} {'speed-up':>9}")
     rows = []
     with torch.no_grad():
-        cases = [*linear_rows(64), *linear_rows(320), *attention_rows(), *selection_rows()]
+        cases = [*linear_rows(64), *linear_rows(320), *attention_rows(), *shared_prefix_row(), *selection_rows()]
         what, whole, suffixes, before_name, after_name, restore = reorder_row()
         baseline, _ = timed(restore, restore, args.repeats, args.inner)  # the copies that reset the cache
         before, after = timed(whole, suffixes, args.repeats, args.inner)

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-SHARED_PREFIX_MIN = 16  # beams attend to a common prefix once per sentence from this many shared slots on
+SHARED_PREFIX_MIN = 8  # beams attend to a common prefix once per sentence from this many shared slots on
 FEW_QUERIES = 32  # up to this many queries per row over at least MANY_ROWS (batch x heads) rows,
 MANY_ROWS = 128  # the CPU takes the explicit path (module docstring)
 
