@@ -16,7 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqmap.nn.attention import SHARED_PREFIX_MIN, scaled_dot_product_attention, shared_prefix_attention
+from seqmap.nn.attention import (
+    MANY_ROWS,
+    SHARED_PREFIX_MIN,
+    scaled_dot_product_attention,
+    shared_prefix_attention,
+)
 from seqmap.nn.packed import linear_rows
 from seqmap.nn.positional import PositionalEncoding
 
@@ -27,6 +32,7 @@ class KVCache:
     Storage is preallocated and grows by doubling, so appending one step writes
     in place instead of concatenating the whole history. ``reorder`` selects batch
     rows (beam search) and copies only the slots whose content changes: see ``reorder_caches``.
+    Slots past ``length`` hold zeros, so that attention may read the whole storage (``whole``).
 
     ``lineage`` (B, length) names the append that wrote each slot (one id per row and
     slot); reorders carry it along with the keys and values. Two slots with the same id
@@ -59,8 +65,8 @@ class KVCache:
         new_len = self.length + t
         if self.k is None or new_len > self.k.size(2):
             capacity = max(new_len, 2 * (0 if self.k is None else self.k.size(2)), 16)
-            grown_k = k.new_empty(rows, k.size(1), capacity, k.size(3))
-            grown_v = v.new_empty(rows, v.size(1), capacity, v.size(3))
+            grown_k = k.new_zeros(rows, k.size(1), capacity, k.size(3))  # unused slots: zeros (``whole``)
+            grown_v = v.new_zeros(rows, v.size(1), capacity, v.size(3))
             grown_lineage = torch.empty(rows, capacity, dtype=torch.long, device=k.device)
             if self.k is not None:
                 grown_k[:, :, : self.length] = self.k[:, :, : self.length]
@@ -99,7 +105,8 @@ class KVCache:
             self._lineage = self._lineage.index_select(0, index)
             return
         stores = (self.k, self.v, self._lineage)
-        self.k, self.v, self._lineage = (store.new_empty(index.numel(), *store.shape[1:]) for store in stores)
+        self.k, self.v = (store.new_zeros(index.numel(), *store.shape[1:]) for store in stores[:2])
+        self._lineage = self._lineage.new_empty(index.numel(), self._lineage.size(1))
         for old, new in zip(stores[:2], (self.k, self.v), strict=True):
             torch.index_select(old.narrow(2, 0, self.length), 0, index, out=new.narrow(2, 0, self.length))
         torch.index_select(lineage, 0, index, out=self._lineage.narrow(1, 0, self.length))
@@ -111,6 +118,18 @@ class KVCache:
             return None
         k, v = self._prefix
         return k[:, :, : self.shared], v[:, :, : self.shared]
+
+    def whole(self) -> tuple[Tensor, Tensor, Tensor]:
+        """All the storage, keys and values (B, Hkv, capacity, Dh), and a (1, 1, 1, capacity) score bias that
+        is 0 at the slots in use and -inf after them (where the storage holds zeros).
+
+        Attention over the whole storage reads each row's keys as one contiguous run, where the slots
+        in use are a run with a gap after it; for a decoding step over many rows on the CPU that is
+        the faster read, although up to twice as many slots are read (capacity doubles).
+        """
+        bias = self.k.new_zeros(1, 1, 1, self.k.size(2))
+        bias[..., self.length :] = float("-inf")
+        return self.k, self.v, bias
 
     def _share(self, blocks: int, shared: int) -> None:
         """Rows now come in blocks of ``blocks`` that share their first ``shared`` slots: keep those once per
@@ -328,9 +347,14 @@ class MultiHeadAttention(nn.Module):
             q, k = positional.rotate(q, turn), positional.rotate(k, turn)
         if cache is not None:
             k, v = cache.append(k, v)
-            if self._reads_shared_prefix(q, k, cache, mask, positional, need_weights):
-                prefix_k, prefix_v = cache.prefix
-                out = shared_prefix_attention(q, prefix_k, prefix_v, k[:, :, cache.shared:], v[:, :, cache.shared:])
+            if self._decoding_step(q, k, mask, positional, need_weights):
+                if cache.shared >= SHARED_PREFIX_MIN:
+                    prefix_k, prefix_v = cache.prefix
+                    out = shared_prefix_attention(q, prefix_k, prefix_v, k[:, :, cache.shared:],
+                                                  v[:, :, cache.shared:])
+                else:
+                    keys, values, bias = cache.whole()
+                    out, _ = scaled_dot_product_attention(q, keys, values, bias=bias)
                 return self.out_proj(self._merge(out)), None
         if positional is not None:
             k_pos = torch.arange(k.size(2), device=x.device)
@@ -346,13 +370,15 @@ class MultiHeadAttention(nn.Module):
             out = out + value_positional.value_term(weights, q_pos, k_pos)
         return self.out_proj(self._merge(out)), weights
 
-    def _reads_shared_prefix(self, q: Tensor, k: Tensor, cache: KVCache, mask: Tensor | None,
-                             positional: PositionalEncoding | None, need_weights: bool) -> bool:
-        """Whether a decoding step attends through ``shared_prefix_attention``: one query per row over a cache
-        whose blocks share at least SHARED_PREFIX_MIN slots, nothing else in the scores (no mask, no
-        position bias, no weights asked for), every head its own keys, at inference on the CPU (where
-        the explicit path serves decoding steps, see ``seqmap.nn.attention``)."""
-        return (cache.shared >= SHARED_PREFIX_MIN and q.size(2) == 1 and mask is None and positional is None
+    def _decoding_step(self, q: Tensor, k: Tensor, mask: Tensor | None, positional: PositionalEncoding | None,
+                       need_weights: bool) -> bool:
+        """Whether a step over a cache takes the decoding path: one query per row over many rows (batch x heads
+        >= MANY_ROWS) at inference on the CPU (where the explicit path serves decoding steps, see
+        ``seqmap.nn.attention``), nothing else in the scores (no mask, no position bias, no weights asked for),
+        every head its own keys. The rows then read the whole cache storage (``KVCache.whole``), or, when
+        their blocks share at least SHARED_PREFIX_MIN slots, the shared prefix once per block
+        (``shared_prefix_attention``)."""
+        return (q.size(2) == 1 and q.size(0) * q.size(1) >= MANY_ROWS and mask is None and positional is None
                 and not need_weights and k.size(1) == q.size(1) and q.device.type == "cpu"
                 and not torch.is_grad_enabled() and not self.training)
 

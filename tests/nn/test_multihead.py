@@ -291,26 +291,40 @@ def test_bad_head_counts_raise_value_error(d_model, n_heads, n_kv_heads, message
         MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads)
 
 
-def test_cache_reorders_copy_the_slots_in_use_and_keep_decoding_exact():
-    """Beam-style reorders (same batch size, swapping storages) and a shrink (rows dropped) leave a cache
-    whose next steps equal a full recomputation over the reordered histories; unused capacity never shows."""
+@pytest.mark.parametrize("whole", [False, True], ids=["slots-in-use", "whole-storage"])
+def test_cache_reorders_copy_the_slots_in_use_and_keep_decoding_exact(monkeypatch, whole):
+    """Beam-style reorders (same batch size, in place) and a shrink (rows dropped) leave a cache whose next
+    steps equal a full recomputation over the reordered histories. Unused capacity holds zeros throughout,
+    and steps that read the whole storage (``KVCache.whole``, the CPU's path for many rows) give it no weight."""
+    monkeypatch.setattr(multihead, "MANY_ROWS", 1 if whole else 10**9)
+    calls = []
+    real_whole = KVCache.whole
+    monkeypatch.setattr(KVCache, "whole", lambda self: calls.append(1) or real_whole(self))
     mha = MultiHeadAttention(D, H).eval()
     x = torch.randn(4, 9, D)
     history = x[:, :3]
-    with torch.no_grad():  # inference: reorders gather into a second storage (out=)
+    with torch.no_grad():  # inference
         _, cache = _decode(mha, history, [1, 1, 1])
-    assert cache.k.size(2) > cache.length  # spare capacity exists, and must not be read
+    assert cache.k.size(2) > cache.length  # spare capacity exists
     for step, index in enumerate([torch.tensor([1, 1, 3, 0]), torch.tensor([0, 2, 2, 3]), torch.tensor([3, 1])]):
-        with torch.no_grad():
-            cache.k[:, :, cache.length:] = float("nan")  # garbage in the unused slots
-            cache.v[:, :, cache.length:] = float("nan")
         cache.reorder(index)
+        assert not cache.k[:, :, cache.length:].any() and not cache.v[:, :, cache.length:].any()
         history = torch.cat([history[index], x[: index.numel(), 3 + step : 4 + step]], dim=1)
         with torch.no_grad():
             last, _ = mha.self_attention(history[:, -1:], causal=True, offset=history.size(1) - 1, cache=cache)
             full, _ = mha.self_attention(history, causal=True)
         _close(last[:, 0], full[:, -1])
     assert cache.k.size(0) == 2 and cache.length == 6
+    assert len(calls) == (6 if whole else 0)  # the three steps of _decode and the three above
+
+
+def test_whole_storage_bias_hides_exactly_the_unused_slots():
+    cache = KVCache()
+    cache.append(torch.randn(2, H, 3, D // H), torch.randn(2, H, 3, D // H))
+    keys, values, bias = cache.whole()
+    assert keys is cache.k and values is cache.v and bias.shape == (1, 1, 1, cache.k.size(2))
+    assert torch.equal(bias[0, 0, 0, :3], torch.zeros(3)) and bool((bias[0, 0, 0, 3:] == float("-inf")).all())
+    assert not keys[:, :, 3:].any() and not values[:, :, 3:].any()
 
 
 def test_cache_reorder_keeps_gradients_when_training():
@@ -330,6 +344,7 @@ def test_beams_in_blocks_read_their_shared_prefix_once_and_decode_exactly(monkey
     keys share), through growths of the cache and a change of blocks, and steps attending through it
     equal a full recomputation of each history."""
     monkeypatch.setattr(multihead, "SHARED_PREFIX_MIN", 2)
+    monkeypatch.setattr(multihead, "MANY_ROWS", 1)  # a few rows here; the CPU path wants many
     calls = []
     real = multihead.shared_prefix_attention
     monkeypatch.setattr(multihead, "shared_prefix_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
