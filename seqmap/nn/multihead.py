@@ -32,7 +32,7 @@ class KVCache:
     Storage is preallocated and grows by doubling, so appending one step writes
     in place instead of concatenating the whole history. ``reorder`` selects batch
     rows (beam search) and copies only the slots whose content changes: see ``reorder_caches``.
-    Slots past ``length`` hold zeros, so that attention may read the whole storage (``whole``).
+    Attention may read the whole storage (``whole``), the slots past ``length`` then zeroed once per storage.
 
     ``lineage`` (B, length) names the append that wrote each slot (one id per row and
     slot); reorders carry it along with the keys and values. Two slots with the same id
@@ -58,6 +58,7 @@ class KVCache:
         self.blocks = 1  # r: rows [i r, (i + 1) r) share their first ``shared`` slots
         self.shared = 0
         self._prefix: tuple[Tensor, Tensor] | None = None  # (B / r, Hkv, capacity, Dh) keys and values
+        self._tail_zeroed = False  # whether the slots past ``length`` hold zeros (``whole``)
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add (B, Hkv, t, Dh) new keys/values; return views of all (B, Hkv, length, Dh)."""
@@ -65,14 +66,15 @@ class KVCache:
         new_len = self.length + t
         if self.k is None or new_len > self.k.size(2):
             capacity = max(new_len, 2 * (0 if self.k is None else self.k.size(2)), 16)
-            grown_k = k.new_zeros(rows, k.size(1), capacity, k.size(3))  # unused slots: zeros (``whole``)
-            grown_v = v.new_zeros(rows, v.size(1), capacity, v.size(3))
+            grown_k = k.new_empty(rows, k.size(1), capacity, k.size(3))
+            grown_v = v.new_empty(rows, v.size(1), capacity, v.size(3))
             grown_lineage = torch.empty(rows, capacity, dtype=torch.long, device=k.device)
             if self.k is not None:
                 grown_k[:, :, : self.length] = self.k[:, :, : self.length]
                 grown_v[:, :, : self.length] = self.v[:, :, : self.length]
                 grown_lineage[:, : self._named] = self._lineage[:, : self._named]
             self.k, self.v, self._lineage = grown_k, grown_v, grown_lineage
+            self._tail_zeroed = False
         self.k[:, :, self.length : new_len] = k
         self.v[:, :, self.length : new_len] = v
         self.length = new_len
@@ -105,8 +107,8 @@ class KVCache:
             self._lineage = self._lineage.index_select(0, index)
             return
         stores = (self.k, self.v, self._lineage)
-        self.k, self.v = (store.new_zeros(index.numel(), *store.shape[1:]) for store in stores[:2])
-        self._lineage = self._lineage.new_empty(index.numel(), self._lineage.size(1))
+        self.k, self.v, self._lineage = (store.new_empty(index.numel(), *store.shape[1:]) for store in stores)
+        self._tail_zeroed = False
         for old, new in zip(stores[:2], (self.k, self.v), strict=True):
             torch.index_select(old.narrow(2, 0, self.length), 0, index, out=new.narrow(2, 0, self.length))
         torch.index_select(lineage, 0, index, out=self._lineage.narrow(1, 0, self.length))
@@ -121,12 +123,18 @@ class KVCache:
 
     def whole(self) -> tuple[Tensor, Tensor, Tensor]:
         """All the storage, keys and values (B, Hkv, capacity, Dh), and a (1, 1, 1, capacity) score bias that
-        is 0 at the slots in use and -inf after them (where the storage holds zeros).
+        is 0 at the slots in use and -inf after them. The slots after them are zeroed the first time a
+        storage is read whole (appends write past them and reorders copy slots in use only, so they stay
+        zero): a weight of 0 times a zero adds nothing, where uninitialized memory could hold NaN.
 
         Attention over the whole storage reads each row's keys as one contiguous run, where the slots
         in use are a run with a gap after it; for a decoding step over many rows on the CPU that is
         the faster read, although up to twice as many slots are read (capacity doubles).
         """
+        if not self._tail_zeroed:
+            self.k[:, :, self.length :].zero_()
+            self.v[:, :, self.length :].zero_()
+            self._tail_zeroed = True
         bias = self.k.new_zeros(1, 1, 1, self.k.size(2))
         bias[..., self.length :] = float("-inf")
         return self.k, self.v, bias

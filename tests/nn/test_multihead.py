@@ -294,8 +294,9 @@ def test_bad_head_counts_raise_value_error(d_model, n_heads, n_kv_heads, message
 @pytest.mark.parametrize("whole", [False, True], ids=["slots-in-use", "whole-storage"])
 def test_cache_reorders_copy_the_slots_in_use_and_keep_decoding_exact(monkeypatch, whole):
     """Beam-style reorders (same batch size, in place) and a shrink (rows dropped) leave a cache whose next
-    steps equal a full recomputation over the reordered histories. Unused capacity holds zeros throughout,
-    and steps that read the whole storage (``KVCache.whole``, the CPU's path for many rows) give it no weight."""
+    steps equal a full recomputation over the reordered histories. Garbage in the unused capacity never
+    shows: steps over the slots in use never read it, and steps that read the whole storage
+    (``KVCache.whole``, the CPU's path for many rows) zero it first and give it no weight."""
     monkeypatch.setattr(multihead, "MANY_ROWS", 1 if whole else 10**9)
     calls = []
     real_whole = KVCache.whole
@@ -308,12 +309,17 @@ def test_cache_reorders_copy_the_slots_in_use_and_keep_decoding_exact(monkeypatc
     assert cache.k.size(2) > cache.length  # spare capacity exists
     for step, index in enumerate([torch.tensor([1, 1, 3, 0]), torch.tensor([0, 2, 2, 3]), torch.tensor([3, 1])]):
         cache.reorder(index)
-        assert not cache.k[:, :, cache.length:].any() and not cache.v[:, :, cache.length:].any()
+        with torch.no_grad():
+            cache.k[:, :, cache.length:] = float("nan")  # garbage in the unused slots (a new storage's memory)
+            cache.v[:, :, cache.length:] = float("nan")
+            cache._tail_zeroed = False
         history = torch.cat([history[index], x[: index.numel(), 3 + step : 4 + step]], dim=1)
         with torch.no_grad():
             last, _ = mha.self_attention(history[:, -1:], causal=True, offset=history.size(1) - 1, cache=cache)
             full, _ = mha.self_attention(history, causal=True)
         _close(last[:, 0], full[:, -1])
+        unused = cache.k[:, :, cache.length:], cache.v[:, :, cache.length:]
+        assert all(not u.any() for u in unused) if whole else all(u.isnan().all() for u in unused)
     assert cache.k.size(0) == 2 and cache.length == 6
     assert len(calls) == (6 if whole else 0)  # the three steps of _decode and the three above
 
@@ -321,6 +327,7 @@ def test_cache_reorders_copy_the_slots_in_use_and_keep_decoding_exact(monkeypatc
 def test_whole_storage_bias_hides_exactly_the_unused_slots():
     cache = KVCache()
     cache.append(torch.randn(2, H, 3, D // H), torch.randn(2, H, 3, D // H))
+    cache.k[:, :, 3:], cache.v[:, :, 3:] = float("nan"), float("inf")  # what new memory may hold
     keys, values, bias = cache.whole()
     assert keys is cache.k and values is cache.v and bias.shape == (1, 1, 1, cache.k.size(2))
     assert torch.equal(bias[0, 0, 0, :3], torch.zeros(3)) and bool((bias[0, 0, 0, 3:] == float("-inf")).all())
