@@ -147,10 +147,10 @@ class KVCache:
         self.blocks = blocks
         if shared <= self.shared:
             return
-        first = self.k.size(0) // blocks
+        groups = self.k.size(0) // blocks
         if self._prefix is None or shared > self._prefix[0].size(2):
             capacity = self.k.size(2)
-            grown = tuple(store.new_empty(first, store.size(1), capacity, store.size(3)) for store in (self.k, self.v))
+            grown = tuple(store.new_empty(groups, store.size(1), capacity, store.size(3)) for store in (self.k, self.v))
             if self._prefix is not None:
                 for old, new in zip(self._prefix, grown, strict=True):
                     new[:, :, : self.shared] = old[:, :, : self.shared]
@@ -205,9 +205,9 @@ def reorder_caches(caches: Sequence[KVCache], index: Tensor, *, blocks: int = 1)
             cache._select(index)
             continue
         lineage = cache.lineage
-        shared = [plan for seen, plan in plans if seen.shape == lineage.shape and torch.equal(seen, lineage)]
-        if shared:
-            plan = shared[0]
+        same = [plan for seen, plan in plans if seen.shape == lineage.shape and torch.equal(seen, lineage)]
+        if same:
+            plan = same[0]
         else:
             plan = _SlotCopies.plan(lineage, index)
             plans.append((lineage, plan))
