@@ -24,7 +24,9 @@ deviations above the mean (at least 2.5 above EOS in the greedy outputs): EOS is
 beam finishes early, and every runtime generates exactly the requested number of tokens per
 sentence (checked). As no hypothesis ends early, all have the same length, and the length penalties
 (1.0 in each runtime, with different formulas) cannot change a ranking. Nothing is suppressed or
-forced in any runtime, so no one pays for a logits processor the others do not run.
+forced in any runtime, so no one pays for a logits processor the others do not run. Greedy asks no
+runtime for scores (seqmap ``scores=False``, CTranslate2's default ``return_scores=False``, transformers'
+default ``output_scores=False``), so none runs a softmax over the vocabulary; beam search needs it in all.
 
 One difference remains: CTranslate2's Marian converter drops the padding token (the last id) from
 the vocabulary, so its softmax runs over 7999 tokens while seqmap's and transformers' include
@@ -213,7 +215,7 @@ def to_ctranslate2(hf, workdir: Path) -> str:
 
 def seqmap_decode(model, src: Tensor, mask: Tensor, beam: int, new_tokens: int) -> list[list[int]]:
     if beam == 1:
-        result = greedy(model, src, mask, bos=PAD, eos=EOS, max_len=new_tokens, pad=PAD)
+        result = greedy(model, src, mask, bos=PAD, eos=EOS, max_len=new_tokens, pad=PAD, scores=False)
         return result.tokens.tolist()
     result = beam_search(model, src, mask, beam_size=beam, bos=PAD, eos=EOS, max_len=new_tokens,
                          length_penalty=1.0, n_best=1, pad=PAD)

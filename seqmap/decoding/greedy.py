@@ -35,7 +35,8 @@ class GreedyResult(NamedTuple):
     Attributes:
         tokens: (B, N) generated ids, N <= max_len. A row that finished holds its
             EOS and then ``pad``; a row that hit its maximum length has no EOS.
-        scores: (B,) sum of the log-probabilities of each row's tokens, EOS included.
+        scores: (B,) sum of the log-probabilities of each row's tokens, EOS included; None when
+            not asked for (``greedy(..., scores=False)``).
         lengths: (B,) tokens per row, EOS included.
         attention: (B, L, H, N, S) attention of the query that produced each token
             (cross-attention over the source; a decoder-only model's self-attention
@@ -44,7 +45,7 @@ class GreedyResult(NamedTuple):
     """
 
     tokens: Tensor
-    scores: Tensor
+    scores: Tensor | None
     lengths: Tensor
     attention: Tensor | None = None
 
@@ -53,9 +54,40 @@ Choose = Callable[[Tensor], tuple[Tensor, Tensor]]  # log-probs (B, V) -> (token
 
 
 def pick_best(log_probs: Tensor) -> tuple[Tensor, Tensor]:
-    """The greedy choice: the most likely token of each row."""
+    """The greedy choice: the most likely token of each row.
+
+    ``decode_loop`` takes it from the logits instead (``greedy_step``): the same token, without a softmax.
+    """
     best_score, best = row_max(log_probs)  # log_probs.max(dim=-1), faster on wide rows
     return best, best_score
+
+
+def greedy_step(logits: Tensor, banned: Sequence[int], history: Tensor | None, no_repeat_ngram: int,
+                scores: bool) -> tuple[Tensor, Tensor | None]:
+    """Greedy's choice from a decode step's (B, t, V) logits: (tokens (B,), their log-probs (B,) or None).
+
+    The best logit of a row is its best log-probability (the softmax keeps the order), so the softmax
+    over the vocabulary runs only when the scores are wanted: CTranslate2 and transformers skip it too
+    unless asked for scores. Ties go to the first id, as ``Tensor.max``; the scores are exactly
+    ``next_log_probs``'s, with the n-gram bans after the softmax.
+    """
+    last = next_logits(logits, banned)
+    allowed = last if history is None else ban_repeats(last, history, no_repeat_ngram)
+    best_logit, best = row_max(allowed)
+    if not scores:
+        return best, None
+    best_score = torch.log_softmax(last, dim=-1).gather(1, best[:, None]).squeeze(1)
+    if history is not None:  # every id banned: -inf, as the banned log-probs
+        best_score = best_score.masked_fill(best_logit == float("-inf"), float("-inf"))
+    return best, best_score
+
+
+def next_logits(logits: Tensor, banned: Sequence[int] = ()) -> Tensor:
+    """(B, t, V) logits of a decode step -> (B, V) float logits of each row's next token, -inf at ``banned``."""
+    last = logits[:, -1].float()
+    if banned:
+        last = last.index_fill(-1, torch.tensor(list(banned), device=last.device), float("-inf"))
+    return last
 
 
 def next_log_probs(logits: Tensor, banned: Sequence[int] = (), absent: Sequence[int] | None = None) -> Tensor:
@@ -67,14 +99,10 @@ def next_log_probs(logits: Tensor, banned: Sequence[int] = (), absent: Sequence[
     (those the original model has no token for) are left out of the softmax, and the other banned
     ids get -inf after it, without renormalizing.
     """
-    last = logits[:, -1].float()
-    before = banned if absent is None else absent
-    if before:
-        last = last.index_fill(-1, torch.tensor(list(before), device=last.device), float("-inf"))
-    log_probs = torch.log_softmax(last, dim=-1)
+    log_probs = torch.log_softmax(next_logits(logits, banned if absent is None else absent), dim=-1)
     after = [] if absent is None else sorted(set(banned) - set(absent))
     if after:
-        log_probs = log_probs.index_fill(-1, torch.tensor(after, device=last.device), float("-inf"))
+        log_probs = log_probs.index_fill(-1, torch.tensor(after, device=log_probs.device), float("-inf"))
     return log_probs
 
 
@@ -200,6 +228,7 @@ def greedy(
     need_attention: bool = False,
     banned: Sequence[int] = (),
     no_repeat_ngram: int = 0,
+    scores: bool = True,
 ) -> GreedyResult:
     """Decode a batch greedily.
 
@@ -220,23 +249,26 @@ def greedy(
         need_attention: also return the attention of every step (see ``GreedyResult``).
         banned: ids never generated (see ``next_log_probs``); text-level decoding bans PAD, BOS and UNK.
         no_repeat_ngram: n > 0: never complete an n-gram a row already holds (see the module docstring).
+        scores: False: do not compute the scores (``GreedyResult.scores`` is None), which saves a softmax
+            over the vocabulary per step (``greedy_step``); the tokens are the same.
 
     Returns:
         GreedyResult(tokens (B, <= max_len), scores (B,), lengths (B,), attention).
     """
     return decode_loop(model, src, src_mask, bos=bos, eos=eos, max_len=max_len, pad=pad, prompt=prompt,
                        choose=pick_best, need_attention=need_attention, banned=banned,
-                       no_repeat_ngram=no_repeat_ngram)
+                       no_repeat_ngram=no_repeat_ngram, scores=scores)
 
 
 @inference
 def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int, eos: int, max_len: int | Tensor,
                 pad: int = 0, prompt: Tensor | Sequence[Tensor] | None = None, choose: Choose = pick_best,
                 need_attention: bool = False, banned: Sequence[int] = (),
-                no_repeat_ngram: int = 0) -> GreedyResult:
+                no_repeat_ngram: int = 0, scores: bool = True) -> GreedyResult:
     """One token per row per step, chosen by ``choose`` from the log-probabilities (greedy, sampling).
 
-    ``prompt``: (B, P), or a list of B 1-D prompts of any lengths (see ``greedy``).
+    ``prompt``: (B, P), or a list of B 1-D prompts of any lengths (see ``greedy``). With ``choose=pick_best``
+    (greedy) the tokens are taken from the logits (``greedy_step``), and ``scores=False`` skips the scores.
     """
     check_no_repeat_ngram(no_repeat_ngram)
     ragged = prompt is not None and not isinstance(prompt, Tensor)
@@ -252,22 +284,28 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
         logits, state, attn = prefill_each(model, memory, prompt, need_attention=need_attention)
     else:
         logits, state, attn = model.decode_step(step_input, memory, None, need_attention=need_attention)
+    if not scores and choose is not pick_best:
+        raise ValueError("scores=False is for greedy decoding (choose=pick_best); sampling draws from the scores")
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
-    scores = torch.zeros(batch, device=device)
+    total = torch.zeros(batch, device=device) if scores else None
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
     history = None  # (B, P + step) what each row has read and generated, for no_repeat_ngram
     if no_repeat_ngram:
         history = left_padded(prompt) if ragged else step_input
     out, attention = [], []
     for step in range(int(limits.max())):
-        log_probs = next_log_probs(logits, banned)  # (B, V)
-        if history is not None:
-            log_probs = ban_repeats(log_probs, history, no_repeat_ngram)
-        best, best_score = choose(log_probs)  # (B,), (B,)
+        if choose is pick_best:
+            best, best_score = greedy_step(logits, banned, history, no_repeat_ngram, scores)  # (B,), (B,) or None
+        else:
+            log_probs = next_log_probs(logits, banned)  # (B, V)
+            if history is not None:
+                log_probs = ban_repeats(log_probs, history, no_repeat_ngram)
+            best, best_score = choose(log_probs)  # (B,), (B,)
         best = best.masked_fill(finished, pad)
         if history is not None:
             history = torch.cat([history, best[:, None]], dim=1)
-        scores += best_score.masked_fill(finished, 0.0)
+        if total is not None:
+            total += best_score.masked_fill(finished, 0.0)
         lengths += (~finished).long()
         out.append(best)
         if need_attention and attn is not None:
@@ -276,4 +314,4 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
         if bool(finished.all()):
             break
         logits, state, attn = model.decode_step(best[:, None], memory, state, need_attention=need_attention)
-    return GreedyResult(torch.stack(out, dim=1), scores, lengths, stack_steps(attention) if attention else None)
+    return GreedyResult(torch.stack(out, dim=1), total, lengths, stack_steps(attention) if attention else None)

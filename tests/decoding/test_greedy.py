@@ -94,3 +94,39 @@ def test_prompt_is_prefilled_in_one_call_and_not_returned():
 def test_needs_a_source_or_a_prompt():
     with pytest.raises(ValueError, match="source or a prompt"):
         greedy(ScriptedModel([[EOS]]), None, None, bos=BOS, eos=EOS, max_len=3)
+
+
+class FixedLogits:
+    """Every step gives the same (B, V) logits; the state counts the steps."""
+
+    def __init__(self, logits):
+        self.logits = logits
+
+    def encode(self, src, src_mask):
+        return Memory(states=src.float()[..., None], mask=src_mask)
+
+    def decode_step(self, tokens, memory, state=None, *, need_attention=False):
+        return self.logits[:, None].expand(-1, tokens.size(1), -1), (state or 0) + 1, None
+
+
+def test_greedy_takes_the_best_logit_without_a_softmax_and_the_same_tokens_with_or_without_scores():
+    # 0.0 and 5e-8 differ by less than half a float32 step of their log-probs (about -1.63): the softmax
+    # can round both to one value, and a choice among log-probs would take the first; the best logit
+    # is the second (transformers and CTranslate2 take the best logit too)
+    logits = torch.tensor([[-1.0, -1.0, -1.0, 0.0, -1.0, 5e-8, -1.0, -1.0, -1.0, -1.0],
+                           [-1.0, 2.0, -1.0, -1.0, 3.0, -1.0, -1.0, -1.0, -1.0, -1.0]])
+    with_scores = greedy(FixedLogits(logits), *_src(2), bos=BOS, eos=EOS, max_len=3)
+    without = greedy(FixedLogits(logits), *_src(2), bos=BOS, eos=EOS, max_len=3, scores=False)
+    assert with_scores.tokens.tolist() == [[5, 5, 5], [4, 4, 4]] == without.tokens.tolist()
+    assert without.scores is None and without.lengths.tolist() == [3, 3]
+    expected = 3 * torch.log_softmax(logits, dim=-1)[[0, 1], [5, 4]]
+    torch.testing.assert_close(with_scores.scores, expected, atol=1e-6, rtol=1e-5)
+
+
+def test_scores_false_is_for_greedy_only():
+    from seqmap.decoding.greedy import decode_loop
+    from seqmap.decoding.sampling import sampling_choice
+
+    with pytest.raises(ValueError, match="scores=False is for greedy"):
+        decode_loop(FixedLogits(torch.zeros(1, V)), *_src(1), bos=BOS, eos=EOS, max_len=2,
+                    choose=sampling_choice(1.0, 0, 1.0, None), scores=False)
