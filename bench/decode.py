@@ -6,8 +6,9 @@
     python bench/decode.py --profile        # profile seqmap's decoding instead of timing (torch.profiler)
 
 One model, three runtimes (seqmap twice: as ``load_run`` gives it to translate, evaluate, generate and serve,
-with oneDNN-packed Linear weights (``seqmap.nn.packed``), and with plain ``nn.Linear``, the "plain Linear"
-column, whose outputs are checked equal). seqmap builds a post-LN Transformer (3 + 3 layers, D=256, H=4, F=1024,
+with oneDNN-packed Linear weights (``seqmap.nn.packed``) and freed memory kept for reuse
+(``seqmap.decoding.memory``), and with plain ``nn.Linear``, the "plain Linear" column, whose outputs are
+checked equal). seqmap builds a post-LN Transformer (3 + 3 layers, D=256, H=4, F=1024,
 V=8000, ReLU, one embedding table for source, target and output, embeddings scaled by sqrt(D),
 sinusoidal positions in the "split" layout: sines then cosines). Its weights are copied into a
 Hugging Face ``MarianMTModel`` of the same shape (``final_logits_bias`` zero), which CTranslate2's
@@ -67,6 +68,7 @@ from machine import cpu_name  # noqa: E402
 from seqmap.config import ModelConfig  # noqa: E402
 from seqmap.decoding.beam import beam_search  # noqa: E402
 from seqmap.decoding.greedy import greedy  # noqa: E402
+from seqmap.decoding.memory import keep_freed_memory  # noqa: E402
 from seqmap.decoding.quantize import quantize  # noqa: E402
 from seqmap.models.builder import build_model  # noqa: E402
 from seqmap.nn.packed import pack_linears  # noqa: E402
@@ -288,6 +290,7 @@ def make_runner(runtime: str, args, ct2_dir: str | None):
         src_words = [[words[i] for i in row] for row in src.tolist()]
         return lambda beam: ct2_decode(translator, src_words, beam, args.new_tokens, ids)
     model, cfg = build_seqmap(args.seed)
+    keep_freed_memory()  # as load_run does for CPU decoding (seqmap.decoding.memory)
     if runtime == "seqmap":  # what translate, evaluate, generate and serve run (seqmap.runs.load_run)
         packed = pack_linears(model)
         return lambda beam: seqmap_decode(packed, src, mask, beam, args.new_tokens)

@@ -16,6 +16,7 @@ from seqmap.config import CLASSIFICATION_TASKS, ConfigError, RunConfig, from_dic
 from seqmap.data.labels import LabelSet
 from seqmap.data.pipeline import LABELS_FILE
 from seqmap.data.tokenizers import Tokenizer, load_pair
+from seqmap.decoding.memory import keep_freed_memory
 from seqmap.models.builder import build_model
 from seqmap.nn.packed import pack_linears
 from seqmap.training.checkpoint import MODEL_FILE, TOKENIZER_DIR, load_checkpoint, read_config
@@ -66,7 +67,8 @@ def load_run(path: str | Path, which: str = "best", device: str | torch.device =
 
     ``quantize="int8"``: Linear layers dynamically quantized for CPU decoding (``seqmap.decoding.quantize``).
     ``pack``: on the CPU, the float Linear layers multiply through oneDNN-packed weights
-    (``seqmap.nn.packed``; same parameters and state dict, faster decoding).
+    (``seqmap.nn.packed``; same parameters and state dict, faster decoding), and the process keeps
+    freed memory for reuse (``seqmap.decoding.memory``: fewer page faults per decode step).
     """
     run = _load_run(path, which, device)
     if quantize not in (None, "none"):
@@ -79,6 +81,7 @@ def load_run(path: str | Path, which: str = "best", device: str | torch.device =
             raise RunError(str(e)) from None
     if pack and run.device.type == "cpu":
         pack_linears(run.model)
+        keep_freed_memory()
     return run
 
 
