@@ -47,8 +47,9 @@ def cmd_translate(args: argparse.Namespace) -> int:
     prefixes = None if args.prefix is None else [run.tgt_tok.encode(args.prefix)] * len(texts)
     sources = [truncate_source(run.src_tok.encode(t), run.cfg.data.max_src_len) for t in texts]
     try:
-        nbest = translate_nbest(run.model, sources, decode, n_best=args.nbest,
-                                prefixes=prefixes, sample=args.sample, seed=args.seed, device=run.device)
+        nbest = translate_nbest(run.model, sources, decode, n_best=args.nbest, prefixes=prefixes,
+                                sample=args.sample, seed=args.seed, device=run.device,
+                                scores=args.nbest > 1)  # printed with --nbest only
     except ValueError as e:  # e.g. --nbest larger than the beam
         raise UserError(str(e)) from None
     for i, (text, entries) in enumerate(zip(texts, nbest)):

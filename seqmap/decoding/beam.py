@@ -106,14 +106,15 @@ class Hypothesis:
     Attributes:
         tokens: generated ids (no BOS, no prompt), ending in EOS unless the
             sentence reached its maximum length.
-        score: sum of the log-probabilities of ``tokens``.
-        normalized: ``score / gnmt_penalty(len(tokens), alpha)``, what the search ranks by.
+        score: sum of the log-probabilities of ``tokens`` (None from greedy decoding asked for no
+            scores, ``seqmap.decoding.text.decode_batch``).
+        normalized: ``score / gnmt_penalty(len(tokens), alpha)``, what the search ranks by (None with score).
         attention: (L, H, T, S) attention of the query that produced each token, when asked for.
     """
 
     tokens: list[int]
-    score: float
-    normalized: float
+    score: float | None
+    normalized: float | None
     attention: Tensor | None = None
 
 

@@ -39,8 +39,9 @@ class Scored(NamedTuple):
         output: token ids (``*_nbest``, ``*_ids``) or text (``*_texts``), without
             EOS; a translation includes its forced ``prefix``, a generation
             excludes its prompt.
-        score: sum of the log-probabilities of the generated tokens (EOS included).
-        normalized: score / GNMT length penalty, what beam search ranks by.
+        score: sum of the log-probabilities of the generated tokens (EOS included); None when greedy
+            decoding was asked for no scores (``translate_nbest(..., scores=False)``).
+        normalized: score / GNMT length penalty, what beam search ranks by (None with score).
         attention: (L, H, T, S) attention of each generated token, when asked for.
     """
 
@@ -94,21 +95,28 @@ def budget_batches(lengths: Sequence[int], indices: Sequence[int], budget: int) 
 
 def decode_batch(model, src: Tensor | None, src_mask: Tensor | None, prompt: Tensor, max_len: int | Tensor,
                  decode: DecodeConfig, *, n_best: int = 1, sample: bool = False,
-                 generator: torch.Generator | None = None, need_attention: bool = False) -> list[list[Hypothesis]]:
-    """Decode one batch as ``decode`` says (greedy, beam or sampling); per row its n-best ``Hypothesis`` list."""
+                 generator: torch.Generator | None = None, need_attention: bool = False,
+                 scores: bool = True) -> list[list[Hypothesis]]:
+    """Decode one batch as ``decode`` says (greedy, beam or sampling); per row its n-best ``Hypothesis`` list.
+
+    ``scores=False``: greedy decoding skips the scores (a softmax over the vocabulary per step), and its
+    hypotheses' ``score`` and ``normalized`` are None; sampling and beam search always score.
+    """
     if sample or (decode.beam_size == 1 and n_best == 1):
         if n_best != 1:
             raise ValueError(f"n_best={n_best} needs beam search (sampling draws one output per input)")
         choose = sampling_choice(decode.temperature, decode.top_k, decode.top_p, generator) if sample else pick_best
         result = decode_loop(model, src, src_mask, bos=BOS, eos=EOS, max_len=max_len, pad=PAD, prompt=prompt,
                              choose=choose, need_attention=need_attention, banned=NEVER_GENERATED,
-                             no_repeat_ngram=decode.no_repeat_ngram)
+                             no_repeat_ngram=decode.no_repeat_ngram, scores=scores or sample)
+        lengths = result.lengths.tolist()
+        totals = [None] * len(lengths) if result.scores is None else result.scores.tolist()
         out = []
-        for b, (length, score) in enumerate(zip(result.lengths.tolist(), result.scores.tolist())):
+        for b, (length, score) in enumerate(zip(lengths, totals)):
             attention = None if result.attention is None else result.attention[b, :, :, :length]
-            out.append([Hypothesis(result.tokens[b, :length].tolist(), score,
-                                   score / length_norm(length, decode.length_penalty, decode.beam_ranking),
-                                   attention)])
+            normalized = None if score is None else score / length_norm(length, decode.length_penalty,
+                                                                          decode.beam_ranking)
+            out.append([Hypothesis(result.tokens[b, :length].tolist(), score, normalized, attention)])
         return out
     if n_best > decode.beam_size:
         raise ValueError(f"n_best={n_best} needs decode.beam_size >= {n_best} (got {decode.beam_size})")
@@ -126,7 +134,8 @@ def _generator(sample: bool, seed: int, device) -> torch.Generator | None:
 @torch.no_grad()
 def translate_nbest(model, sources: Sequence[Sequence[int]], decode: DecodeConfig, *, n_best: int = 1,
                     prefixes: Sequence[Sequence[int]] | None = None, sample: bool = False, seed: int = 0,
-                    need_attention: bool = False, device: torch.device | str = "cpu") -> list[list[Scored]]:
+                    need_attention: bool = False, device: torch.device | str = "cpu",
+                    scores: bool = True) -> list[list[Scored]]:
     """Per source id list, its n-best translations as ``Scored`` id lists, in input order.
 
     Args:
@@ -139,6 +148,8 @@ def translate_nbest(model, sources: Sequence[Sequence[int]], decode: DecodeConfi
         sample: sample instead of searching (``temperature``, ``top_k``, ``top_p``).
         seed: seeds the sampling (same seed, same inputs: same outputs).
         need_attention: keep each output's attention (rows for generated tokens only).
+        scores: False: greedy decoding (beam size 1, no sampling) does not score its outputs
+            (``Scored.score`` and ``normalized`` are None), a softmax over the vocabulary per step saved.
     """
     forced = [[BOS, *p] for p in prefixes] if prefixes is not None else [[BOS]] * len(sources)
     if len(forced) != len(sources):
@@ -154,7 +165,7 @@ def translate_nbest(model, sources: Sequence[Sequence[int]], decode: DecodeConfi
             max_len = (decode.max_len_a * src_mask.sum(1).cpu() + decode.max_len_b).long().clamp(min=1)
             prompt = torch.tensor([forced[i] for i in batch], dtype=torch.long, device=device)
             hyps = decode_batch(model, src, src_mask, prompt, max_len, decode, n_best=n_best, sample=sample,
-                                generator=generator, need_attention=need_attention)
+                                generator=generator, need_attention=need_attention, scores=scores)
             for i, nbest in zip(batch, hyps):
                 out[i] = [Scored(forced[i][1:] + strip_output(h.tokens), h.score, h.normalized, h.attention)
                           for h in nbest]
@@ -171,7 +182,7 @@ def translate_ids(model, sources: Sequence[Sequence[int]], decode: DecodeConfig 
     """
     decode = resolve_config(decode, overrides)
     nbest = translate_nbest(model, sources, decode, n_best=n_best, prefixes=prefixes, sample=sample, seed=seed,
-                            device=device)
+                            device=device, scores=n_best > 1)  # one output each: returned without its score
     return [entries[0].output for entries in nbest] if n_best == 1 else nbest
 
 
@@ -193,7 +204,7 @@ def translate_texts(model, src_tok: Tokenizer, tgt_tok: Tokenizer, texts: Sequen
         prefixes = [tgt_tok.encode(p) for p in prefix]
     sources = [src_tok.encode(t)[:max_src_len] if max_src_len > 0 else src_tok.encode(t) for t in texts]
     nbest = translate_nbest(model, sources, decode, n_best=n_best, prefixes=prefixes,
-                            sample=sample, seed=seed, device=device)
+                            sample=sample, seed=seed, device=device, scores=n_best > 1)
     if n_best == 1:
         return [tgt_tok.decode(entries[0].output) for entries in nbest]
     return [[e._replace(output=tgt_tok.decode(e.output)) for e in entries] for entries in nbest]

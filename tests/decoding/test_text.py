@@ -154,3 +154,19 @@ def test_pad_and_strip():
     src, mask = pad_sources([[5, 6], [], [7]])
     assert src.tolist() == [[5, 6], [EOS, PAD], [7, PAD]] and mask.sum(1).tolist() == [2, 1, 1]
     assert strip_output([4, 5, EOS, 6]) == [4, 5]
+
+
+def test_greedy_without_scores_gives_the_same_outputs_and_no_scores():
+    from seqmap.decoding.text import translate_nbest
+
+    model, sources = make(), ids(SOURCES)
+    scored = translate_nbest(model, sources, DecodeConfig())
+    unscored = translate_nbest(model, sources, DecodeConfig(), scores=False)
+    assert [e[0].output for e in unscored] == [e[0].output for e in scored]
+    assert all(e[0].score is None and e[0].normalized is None for e in unscored)
+    assert all(isinstance(e[0].score, float) and e[0].score < 0 for e in scored)
+    # beam search and sampling score all the same (they choose by the scores)
+    beams = translate_nbest(model, sources, DecodeConfig(beam_size=2), scores=False)
+    assert all(isinstance(e[0].score, float) for e in beams)
+    drawn = translate_nbest(model, sources, DecodeConfig(), sample=True, scores=False)
+    assert all(isinstance(e[0].score, float) for e in drawn)
