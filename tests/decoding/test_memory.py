@@ -1,7 +1,6 @@
 """``keep_freed_memory``: glibc's malloc keeps freed memory for the next decode step."""
 
 import ctypes
-import resource
 import sys
 
 import pytest
@@ -13,6 +12,8 @@ from seqmap.decoding import memory
 def test_on_glibc_freed_blocks_are_reused_without_page_faults():
     if not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "gnu_get_libc_version"):
         pytest.skip("glibc only")
+    import resource  # POSIX only
+
     memory.keep_freed_memory.cache_clear()
     assert memory.keep_freed_memory() is True
     assert memory.keep_freed_memory() is True  # cached: one setting per process
