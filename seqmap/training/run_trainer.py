@@ -383,11 +383,16 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, stream=N
     ``cfg.model`` must be that checkpoint's model (``seqmap.config.load_config_from_init``).
 
     ``test(run_trainer)``, when given, scores the best checkpoint on the test split once training
-    stops (main process only; ``seqmap.evaluation.evaluate_test_split``); its result is ``result["test"]``.
+    stops (main process only, after every process has left the process group;
+    ``seqmap.evaluation.evaluate_test_split``); its result is ``result["test"]``.
     """
     trainer = RunTrainer(cfg, Path(run_dir), resume=resume, stream=stream, init=init)
     try:
         result = trainer.run()
+        # every process leaves the group together, then the main one tests alone (a test needs no group):
+        # a process that left while the main one was still testing could abort in gloo's teardown
+        distributed.barrier(trainer.dist)
+        distributed.teardown(trainer.dist)
         result["test"] = test(trainer) if test is not None and trainer.dist.is_main else None
         return result
     finally:
