@@ -271,6 +271,8 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
     (greedy) the tokens are taken from the logits (``greedy_step``), and ``scores=False`` skips the scores.
     """
     check_no_repeat_ngram(no_repeat_ngram)
+    if not scores and choose is not pick_best:
+        raise ValueError("scores=False is for greedy decoding (choose=pick_best); sampling draws from the scores")
     ragged = prompt is not None and not isinstance(prompt, Tensor)
     step_input = None if ragged else start_tokens(src, prompt, bos)  # (B, P)
     if ragged and not prompt:
@@ -284,8 +286,6 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
         logits, state, attn = prefill_each(model, memory, prompt, need_attention=need_attention)
     else:
         logits, state, attn = model.decode_step(step_input, memory, None, need_attention=need_attention)
-    if not scores and choose is not pick_best:
-        raise ValueError("scores=False is for greedy decoding (choose=pick_best); sampling draws from the scores")
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     total = torch.zeros(batch, device=device) if scores else None
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
