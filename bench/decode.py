@@ -5,14 +5,15 @@
     python bench/decode.py --json out.json  # also write the rows as JSON
     python bench/decode.py --profile        # profile seqmap's decoding instead of timing (torch.profiler)
 
-One model, three runtimes (seqmap twice: as ``load_run`` gives it to translate, evaluate, generate and serve,
-with oneDNN-packed Linear weights (``seqmap.nn.packed``) and freed memory kept for reuse
-(``seqmap.decoding.memory``), and with plain ``nn.Linear``, the "plain Linear" column, whose outputs are
-checked equal). seqmap builds a post-LN Transformer (3 + 3 layers, D=256, H=4, F=1024,
-V=8000, ReLU, one embedding table for source, target and output, embeddings scaled by sqrt(D),
-sinusoidal positions in the "split" layout: sines then cosines). Its weights are copied into a
-Hugging Face ``MarianMTModel`` of the same shape (``final_logits_bias`` zero), which CTranslate2's
-Transformers converter turns into a CTranslate2 model (float32). The converter needs a tokenizer
+One model, three runtimes (seqmap three times: as ``load_run`` gives it to translate, evaluate, generate and
+serve, with packed Linear weights (``seqmap.nn.packed``: MKL's packs on Intel CPUs, oneDNN's elsewhere;
+``--pack`` forces one) and freed memory kept for reuse (``seqmap.decoding.memory``); with plain
+``nn.Linear``, the "plain Linear" column; and, where this torch has both, packed by the other library,
+the "other pack" column; the outputs of all three are compared). seqmap builds a post-LN Transformer
+(3 + 3 layers, D=256, H=4, F=1024, V=8000, ReLU, one embedding table for source, target and output,
+embeddings scaled by sqrt(D), sinusoidal positions in the "split" layout: sines then cosines). Its
+weights are copied into a Hugging Face ``MarianMTModel`` of the same shape (``final_logits_bias`` zero),
+which CTranslate2's Transformers converter turns into a CTranslate2 model (float32). The converter needs a tokenizer
 next to the model: a word-level vocabulary of the 8000 ids is written locally (nothing is downloaded).
 
 The weights are random (seeded), with random biases and LayerNorm gains so that a wrong copy shows,
@@ -71,7 +72,13 @@ from seqmap.decoding.greedy import greedy  # noqa: E402
 from seqmap.decoding.memory import keep_freed_memory  # noqa: E402
 from seqmap.decoding.quantize import quantize  # noqa: E402
 from seqmap.models.builder import build_model  # noqa: E402
-from seqmap.nn.packed import pack_linears  # noqa: E402
+from seqmap.nn.packed import (  # noqa: E402
+    BACKEND_VARIABLE,
+    BACKENDS,
+    mkl_packing_available,
+    pack_linears,
+    packing_backend,
+)
 
 MODEL = dict(d_model=256, n_heads=4, d_ff=1024, enc_layers=3, dec_layers=3, vocab=8000)
 EOS, UNK, PAD = 0, 1, MODEL["vocab"] - 1  # PAD doubles as the decoder start token, as in Marian
@@ -296,6 +303,9 @@ def make_runner(runtime: str, args, ct2_dir: str | None):
         return lambda beam: seqmap_decode(packed, src, mask, beam, args.new_tokens)
     if runtime == "seqmap_plain":  # the same without packed weights: nn.Linear (MKL's sgemm)
         return lambda beam: seqmap_decode(model, src, mask, beam, args.new_tokens)
+    if runtime == "seqmap_other":  # packed by the library this CPU does not choose
+        other = pack_linears(model, other_backend())
+        return lambda beam: seqmap_decode(other, src, mask, beam, args.new_tokens)
     if runtime == "seqmap_int8":  # what `--quantize int8` gives translate, evaluate, generate and serve
         int8 = pack_linears(quantize(model, "int8"))
         return lambda beam: seqmap_decode(int8, src, mask, beam, args.new_tokens)
@@ -316,6 +326,11 @@ def serve(conn, runtime: str, args, ct2_dir: str | None) -> None:
         conn.send((time.perf_counter() - start, outputs))
 
 
+def other_backend() -> str:
+    """The packing library seqmap does not use here ("mkl" or "onednn")."""
+    return next(b for b in BACKENDS if b != packing_backend())
+
+
 class Runtimes:
     """seqmap, transformers and CTranslate2, each in its own process.
 
@@ -329,7 +344,9 @@ class Runtimes:
     def __init__(self, args, ct2_dir: str):
         ctx = multiprocessing.get_context("spawn")
         self.conns, self.procs = {}, []
-        for runtime in ("seqmap", "seqmap_plain", "hf", "ct2", *(("seqmap_int8", "ct2_int8") if args.int8 else ())):
+        others = ("seqmap_other",) if mkl_packing_available() else ()
+        for runtime in ("seqmap", "seqmap_plain", *others, "hf", "ct2",
+                        *(("seqmap_int8", "ct2_int8") if args.int8 else ())):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=serve, args=(child, runtime, args, ct2_dir), daemon=True)
             proc.start()
@@ -405,6 +422,9 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="smoke test: 8 sentences, 16 new tokens, 2 repeats")
     parser.add_argument("--profile", action="store_true", help="profile seqmap's decoding instead of timing")
+    parser.add_argument("--pack", choices=["auto", *BACKENDS], default="auto",
+                        help=f"the library of seqmap's packed Linear weights (sets {BACKEND_VARIABLE}); "
+                        "auto: this CPU's choice (seqmap.nn.packed)")
     parser.add_argument("--no-int8", dest="int8", action="store_false",
                         help="skip the int8 rows (seqmap --quantize int8 vs CTranslate2 compute_type int8)")
     parser.add_argument("--json", type=Path, help="also write the rows to this file as a JSON list; "
@@ -412,6 +432,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.sentences, args.new_tokens, args.repeats, args.warmup = 8, 16, 2, 1
+    if args.pack != "auto":  # read by every runtime process (spawned with this environment)
+        os.environ[BACKEND_VARIABLE] = args.pack
     if args.profile:
         profile_seqmap(args, args.beams)
         return
@@ -431,12 +453,16 @@ def main(argv=None) -> None:
             runtimes.close()
 
     print(f"\nnew tokens per second (median of {args.repeats}; ratio = seqmap / other, above 1: seqmap is faster)")
+    other = "seqmap_other_tok_s" in rows[0]
+    print(f"seqmap's Linear weights packed by {rows[0]['packing']}"
+          + (f"; other pack: {rows[0]['other_packing']}" if other else ""))
     print(f"{'mode':>7} {'seqmap':>8} {'HF':>8} {'CT2':>8} {'seqmap/HF':>10} {'seqmap/CT2':>11} "
-          f"{'plain Linear':>13} {'packed/plain':>13}")
+          f"{'plain Linear':>13} {'packed/plain':>13}" + (f" {'other pack':>11} {'vs other':>9}" if other else ""))
     for r in rows:
         print(f"{r['mode']:>7} {r['seqmap_tok_s']:>8.0f} {r['hf_tok_s']:>8.0f} {r['ct2_tok_s']:>8.0f} "
               f"{r['ratio_vs_hf']:>10.2f} {r['ratio_vs_ct2']:>11.2f} {r['seqmap_plain_tok_s']:>13.0f} "
-              f"{r['ratio_packed_vs_plain']:>13.2f}")
+              f"{r['ratio_packed_vs_plain']:>13.2f}"
+              + (f" {r['seqmap_other_tok_s']:>11.0f} {r['ratio_vs_other_pack']:>9.2f}" if other else ""))
     print("paired (median over rounds of the ratio within a round): " + "; ".join(
         f"{r['mode']} {r['ratio_vs_hf_paired']:.2f} vs HF, {r['ratio_vs_ct2_paired']:.2f} vs CT2" for r in rows))
     if args.int8:
@@ -490,6 +516,12 @@ def measure(runtimes: Runtimes, args, beams: list[int], hf_version: str, ct2_ver
             "ratio_packed_vs_plain": round(tok_s["seqmap"] / tok_s["seqmap_plain"], 3),
             **{f"ratio_vs_{name}_paired": paired_ratio(samples, generated, name) for name in ("hf", "ct2")},
             "plain_agree_sentences": compare("seqmap_plain", outputs["seqmap"], outputs["seqmap_plain"])["rows_equal"],
+            "packing": packing_backend(),
+            **({"other_packing": other_backend(),
+                "ratio_vs_other_pack": round(tok_s["seqmap"] / tok_s["seqmap_other"], 3),
+                "other_pack_agree_sentences": compare("seqmap_other", outputs["seqmap"],
+                                                      outputs["seqmap_other"])["rows_equal"]}
+               if "seqmap_other" in outputs else {}),
             "agree_hf_sentences": agreement["hf"]["rows_equal"],
             "agree_ct2_sentences": agreement["ct2"]["rows_equal"],
             **({"ratio_int8_vs_ct2_int8": round(tok_s["seqmap_int8"] / tok_s["ct2_int8"], 3),

@@ -66,7 +66,7 @@ def load_run(path: str | Path, which: str = "best", device: str | torch.device =
     """Rebuild the model from a checkpoint's own config and load its weights and tokenizer.
 
     ``quantize="int8"``: Linear layers dynamically quantized for CPU decoding (``seqmap.decoding.quantize``).
-    ``pack``: on the CPU, the float Linear layers multiply through oneDNN-packed weights
+    ``pack``: on the CPU, the float Linear layers multiply through packed weights (oneDNN or MKL)
     (``seqmap.nn.packed``; same parameters and state dict, faster decoding), and the process keeps
     freed memory for reuse (``seqmap.decoding.memory``: fewer page faults per decode step).
     """
@@ -80,7 +80,10 @@ def load_run(path: str | Path, which: str = "best", device: str | torch.device =
         except QuantizeError as e:
             raise RunError(str(e)) from None
     if pack and run.device.type == "cpu":
-        pack_linears(run.model)
+        try:
+            pack_linears(run.model)
+        except ValueError as e:  # SEQMAP_PACKED_LINEAR names no backend this torch has
+            raise RunError(str(e)) from None
         keep_freed_memory()
     return run
 

@@ -21,15 +21,33 @@ tied weights and ``.weight`` readers are unchanged) and packs on first use:
   slice packed on its own: cross-attention's queries and its keys/values come from
   two slices of one ``in_proj`` (``seqmap.nn.multihead``), via ``linear_rows``.
 
+Which library multiplies depends on the CPU (``packing_backend``). On Intel CPUs, MKL's own
+packed sgemm (``torch.ops.mkl._mkl_linear``, what Inductor uses for frozen Linear
+layers) is faster than oneDNN at decoding's row counts: on the Xeon of
+docs/benchmarks.md, 1.18x a whole greedy call at 64 rows and 1.32x at 8 rows, with
+the same tokens. Its pack is made for one row count, though (another count falls back
+to an unpacked sgemm), and packing the output layer costs about two of its calls. So a
+row count of at most ``MKL_MAX_ROWS`` gets its MKL pack on its ``MKL_AFTER_CALLS``-th call
+(greedy's batch keeps its rows for the whole call and from one call to the next; beam
+search's shrinks as sentences finish, and a count seen only a few times is not worth
+packing); until then, and above ``MKL_MAX_ROWS`` (where the two are level), oneDNN's
+pack serves. At most ``MKL_ROW_COUNTS`` row counts keep a pack per slice (the least
+recently used is dropped). On other CPUs (the AMD EPYC of docs/benchmarks.md, where
+oneDNN was measured) oneDNN serves all. ``SEQMAP_PACKED_LINEAR=onednn`` (or ``mkl``)
+in the environment overrides the choice, for measuring one against the other.
+
 Packing needs torch built with oneDNN on x86-64 (``packing_available``); elsewhere
 ``pack_linears`` leaves the model as it is. Results equal ``F.linear``'s to float
-rounding (tests/nn/test_packed.py), not bit for bit: the two libraries sum in
+rounding (tests/nn/test_packed.py), not bit for bit: the libraries sum in
 different orders.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import platform
+from collections import OrderedDict
 from typing import NamedTuple
 
 import torch
@@ -45,33 +63,88 @@ def packing_available() -> bool:
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
 
 
-class PackedLinear(nn.Linear):
-    """An ``nn.Linear``'s parameters, multiplied through a oneDNN-packed copy of the weight at inference.
+BACKENDS = ("onednn", "mkl")
+BACKEND_VARIABLE = "SEQMAP_PACKED_LINEAR"
+MKL_MAX_ROWS = 128  # above this many rows oneDNN's pack serves (level with MKL's at 320 rows)
+MKL_AFTER_CALLS = 4  # a row count is packed for MKL on its 4th call (one pack costs about 2 calls)
+MKL_ROW_COUNTS = 4  # MKL packs kept per weight slice, one per row count, least recently used dropped
 
-    A subclass of ``nn.Linear`` so that code asking "is this a Linear?" still gets yes.
+
+def mkl_packing_available() -> bool:
+    """Whether this torch has MKL's packed sgemm as operators (x86-64 builds with MKL)."""
+    return (packing_available() and torch.backends.mkl.is_available()
+            and hasattr(torch.ops.mkl, "_mkl_linear") and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight"))
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """The CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``) from /proc/cpuinfo; "" where unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def packing_backend() -> str:
+    """"mkl" or "onednn": who multiplies packed Linear layers here (see the module docstring).
+
+    ``SEQMAP_PACKED_LINEAR`` names one; unset, MKL on Intel CPUs where this torch has it, else oneDNN.
+    """
+    chosen = os.environ.get(BACKEND_VARIABLE, "").strip().lower()
+    if chosen and chosen not in BACKENDS:
+        raise ValueError(f"{BACKEND_VARIABLE}={chosen!r} is not a packed-Linear backend; "
+                         f"use one of {', '.join(BACKENDS)} or unset it")
+    if chosen == "onednn":
+        return "onednn"
+    if not mkl_packing_available():
+        if chosen == "mkl":
+            raise ValueError(f"{BACKEND_VARIABLE}=mkl, but this torch has no MKL packed sgemm; "
+                             "use onednn or unset it")
+        return "onednn"
+    return "mkl" if chosen == "mkl" or cpu_vendor() == "GenuineIntel" else "onednn"
+
+
+class PackedLinear(nn.Linear):
+    """An ``nn.Linear``'s parameters, multiplied through packed copies of the weight at inference.
+
+    A subclass of ``nn.Linear`` so that code asking "is this a Linear?" still gets yes. ``backend``:
+    "mkl" or "onednn" (default: ``packing_backend()``, this CPU's choice).
     """
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, backend: str | None = None):
         nn.Module.__init__(self)  # not nn.Linear.__init__: the parameters are linear's own, not new ones
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight  # the same Parameter objects: state dict and ties unchanged
         self.bias = linear.bias
-        self._packs: dict[tuple[int, int], _Pack] = {}
+        self._packs: dict[tuple[int, int], _Pack] = {}  # oneDNN: one per slice [start, stop)
+        self._mkl_packs: OrderedDict[tuple[int, int, int], _Pack] = OrderedDict()  # (start, stop, rows)
+        self._calls: dict[tuple[int, int, int], int] = {}  # calls per (start, stop, rows) not packed for MKL yet
+        self._mkl = (backend or packing_backend()) == "mkl"
 
     def train(self, mode: bool = True) -> PackedLinear:
         """Switching modes drops the packs: an optimizer that updates weights without bumping their version
         counter (fused AdamW) would otherwise leave a pack stale for the next evaluation."""
-        self._packs = {}
+        self._drop_packs()
         return super().train(mode)
+
+    def _drop_packs(self) -> None:
+        self._packs, self._mkl_packs, self._calls = {}, OrderedDict(), {}
 
     def __getstate__(self) -> dict:
         """Copies and pickles leave the packs behind (oneDNN's opaque tensors cannot be copied); they re-pack."""
         state = self.__dict__.copy()
-        state["_packs"] = {}
+        state.update(_packs={}, _mkl_packs=OrderedDict(), _calls={})
         return state
 
+    def _versions(self) -> tuple[int, int]:
+        return self.weight._version, -1 if self.bias is None else self.bias._version
+
     def _pack(self, start: int, stop: int) -> _Pack:
-        versions = (self.weight._version, -1 if self.bias is None else self.bias._version)
+        versions = self._versions()
         pack = self._packs.get((start, stop))
         if pack is None or pack.versions != versions:
             weight = torch.ops.mkldnn._reorder_linear_weight(self.weight[start:stop].detach().contiguous())
@@ -79,10 +152,34 @@ class PackedLinear(nn.Linear):
             pack = self._packs[(start, stop)] = _Pack(versions, weight, bias)
         return pack
 
+    def _mkl_pack(self, start: int, stop: int, rows: int) -> _Pack | None:
+        """MKL's pack of rows [start, stop) for ``rows`` input rows; None until that row count has been
+        called ``MKL_AFTER_CALLS`` times (see the module docstring)."""
+        key = (start, stop, rows)
+        versions = self._versions()
+        pack = self._mkl_packs.get(key)
+        if pack is not None and pack.versions == versions:
+            self._mkl_packs.move_to_end(key)
+            return pack
+        calls = self._calls[key] = self._calls.get(key, 0) + 1
+        if calls < MKL_AFTER_CALLS:
+            if len(self._calls) > 16 * MKL_ROW_COUNTS:  # many row counts, each seen a few times: forget them
+                self._calls = {key: calls}
+            return None
+        del self._calls[key]
+        weight = self.weight[start:stop].detach().contiguous()  # _mkl_linear keeps it for other row counts
+        bias = None if self.bias is None else self.bias[start:stop].detach().contiguous()
+        pack = self._mkl_packs[key] = _Pack(versions, torch.ops.mkl._mkl_reorder_linear_weight(weight, rows),
+                                            bias, weight)
+        same_slice = [k for k in self._mkl_packs if k[:2] == key[:2]]  # least recently used first
+        for old in same_slice[:-MKL_ROW_COUNTS]:
+            del self._mkl_packs[old]
+        return pack
+
     def project(self, x: Tensor, start: int = 0, stop: int | None = None, *, relu: bool = False) -> Tensor:
         """x (..., in) -> (..., stop - start): the outputs of rows [start, stop) of the weight.
 
-        ``relu``: followed by a ReLU, which oneDNN applies as it writes the product (one pass).
+        ``relu``: followed by a ReLU (oneDNN applies it as it writes the product, in one pass).
         """
         stop = self.out_features if stop is None else stop
         if (torch.is_grad_enabled() and (self.weight.requires_grad or x.requires_grad)) \
@@ -92,6 +189,10 @@ class PackedLinear(nn.Linear):
             else:
                 y = F.linear(x, self.weight[start:stop], None if self.bias is None else self.bias[start:stop])
             return F.relu(y) if relu else y
+        rows = x.numel() // x.shape[-1] if x.dim() else 0
+        if self._mkl and 0 < rows <= MKL_MAX_ROWS and (pack := self._mkl_pack(start, stop, rows)) is not None:
+            y = torch.ops.mkl._mkl_linear(x, pack.weight, pack.plain, pack.bias, rows)
+            return y.relu_() if relu else y
         pack = self._pack(start, stop)
         return torch.ops.mkldnn._linear_pointwise(x, pack.weight, pack.bias, "relu" if relu else "none", [], "")
 
@@ -101,8 +202,9 @@ class PackedLinear(nn.Linear):
 
 class _Pack(NamedTuple):
     versions: tuple[int, int]  # the weight's and bias's version counters when packed
-    weight: Tensor  # rows [start, stop) in oneDNN's layout
+    weight: Tensor  # rows [start, stop) in oneDNN's or MKL's layout
     bias: Tensor | None
+    plain: Tensor | None = None  # MKL: rows [start, stop) as they are, contiguous
 
 
 def linear_rows(linear: nn.Module, x: Tensor, start: int, stop: int) -> Tensor:
@@ -118,13 +220,15 @@ def linear_relu(linear: nn.Module, x: Tensor) -> Tensor:
     return linear.project(x, relu=True) if isinstance(linear, PackedLinear) else F.relu(linear(x))
 
 
-def pack_linears(model: nn.Module) -> nn.Module:
+def pack_linears(model: nn.Module, backend: str | None = None) -> nn.Module:
     """``model`` with each float ``nn.Linear`` replaced (in place) by a ``PackedLinear``; unchanged where
-    packing is not available. For inference: training through it falls back to ``F.linear``."""
+    packing is not available. For inference: training through it falls back to ``F.linear``.
+    ``backend``: "mkl" or "onednn" (default: ``packing_backend()``)."""
     if not packing_available():
         return model
+    chosen = backend or packing_backend()
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear and child.weight.dtype == torch.float32:
-                setattr(parent, name, PackedLinear(child))
+                setattr(parent, name, PackedLinear(child, chosen))
     return model

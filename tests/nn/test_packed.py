@@ -1,4 +1,5 @@
-"""``seqmap.nn.packed``: Linear layers through oneDNN-packed weights equal ``nn.Linear`` and decode the same tokens."""
+"""``seqmap.nn.packed``: Linear layers through packed weights (oneDNN or MKL) equal ``nn.Linear`` and decode the
+same tokens; MKL packs are made per row count once it recurs, and a bounded number is kept."""
 
 from __future__ import annotations
 
@@ -16,10 +17,23 @@ from seqmap.data.synthetic import BOS, EOS
 from seqmap.decoding.beam import beam_search
 from seqmap.decoding.quantize import quantize
 from seqmap.models.builder import build_model
-from seqmap.nn.packed import PackedLinear, linear_relu, linear_rows, pack_linears, packing_available
+from seqmap.nn.packed import (
+    MKL_AFTER_CALLS,
+    MKL_MAX_ROWS,
+    MKL_ROW_COUNTS,
+    PackedLinear,
+    linear_relu,
+    linear_rows,
+    mkl_packing_available,
+    pack_linears,
+    packing_available,
+    packing_backend,
+)
 from seqmap.training.toy import _decode
 
 needs_packing = pytest.mark.skipif(not packing_available(), reason="torch without oneDNN on x86-64: nothing to pack")
+needs_mkl = pytest.mark.skipif(not mkl_packing_available(), reason="torch without MKL's packed sgemm")
+BACKENDS = ["onednn", pytest.param("mkl", marks=needs_mkl)]
 
 
 def _close(a, b):
@@ -41,6 +55,70 @@ def test_packed_linear_equals_linear_and_its_row_slices(bias, shape):
     assert set(packed._packs) == {(0, 40), (8, 30)}  # the packed path ran, once per slice
 
 
+@needs_mkl
+@pytest.mark.parametrize("bias", [True, False])
+def test_mkl_packs_are_made_per_row_count_once_it_recurs_and_equal_linear(bias):
+    linear = nn.Linear(24, 40, bias=bias)
+    packed = PackedLinear(linear, "mkl")
+    inputs = {rows: torch.randn(rows, 24) for rows in (1, 5, MKL_MAX_ROWS)}
+    inputs["batch-time"] = torch.randn(3, 4, 24)  # 12 rows
+    with torch.no_grad():
+        for call in range(1, MKL_AFTER_CALLS + 1):  # one call per slice and row count each time
+            for x in inputs.values():
+                _close(packed(x), linear(x))
+                _close(linear_rows(packed, x, 8, 30), linear(x)[..., 8:30])
+            if call == MKL_AFTER_CALLS - 1:
+                assert not packed._mkl_packs  # not packed before a row count's MKL_AFTER_CALLS-th call
+        for x in inputs.values():  # now through the MKL packs
+            _close(packed(x), linear(x))
+            _close(linear_relu(packed, x), F.relu(linear(x)))
+            _close(linear_rows(packed, x, 8, 30), linear(x)[..., 8:30])
+        big = torch.randn(MKL_MAX_ROWS + 1, 24)
+        for _ in range(MKL_AFTER_CALLS + 1):
+            _close(packed(big), linear(big))
+    rows = {1, 5, 12, MKL_MAX_ROWS}
+    assert set(packed._mkl_packs) == {(0, 40, r) for r in rows} | {(8, 30, r) for r in rows}
+    assert set(packed._packs) == {(0, 40), (8, 30)}  # oneDNN served the first calls and the 129 rows
+
+
+@needs_mkl
+def test_at_most_mkl_row_counts_packs_are_kept_per_slice_the_least_recently_used_dropped():
+    linear = nn.Linear(16, 8)
+    packed = PackedLinear(linear, "mkl")
+    counts = list(range(1, MKL_ROW_COUNTS + 3))
+    with torch.no_grad():
+        for rows in counts:
+            x = torch.randn(rows, 16)
+            for _ in range(MKL_AFTER_CALLS):
+                _close(packed(x), linear(x))
+    assert list(packed._mkl_packs) == [(0, 8, r) for r in counts[-MKL_ROW_COUNTS:]]
+    packed.eval()  # a mode switch drops every pack
+    assert not packed._mkl_packs and not packed._packs and not packed._calls
+
+
+def test_packing_backend_follows_the_cpu_and_the_environment(monkeypatch):
+    monkeypatch.delenv("SEQMAP_PACKED_LINEAR", raising=False)
+    monkeypatch.setattr(packed_module, "mkl_packing_available", lambda: True)
+    monkeypatch.setattr(packed_module, "cpu_vendor", lambda: "GenuineIntel")
+    assert packing_backend() == "mkl"
+    monkeypatch.setattr(packed_module, "cpu_vendor", lambda: "AuthenticAMD")
+    assert packing_backend() == "onednn"
+    monkeypatch.setenv("SEQMAP_PACKED_LINEAR", "MKL")
+    assert packing_backend() == "mkl"
+    monkeypatch.setenv("SEQMAP_PACKED_LINEAR", "onednn")
+    monkeypatch.setattr(packed_module, "cpu_vendor", lambda: "GenuineIntel")
+    assert packing_backend() == "onednn"
+    monkeypatch.setenv("SEQMAP_PACKED_LINEAR", "blas")
+    with pytest.raises(ValueError, match="SEQMAP_PACKED_LINEAR='blas' is not a packed-Linear backend; use one of"):
+        packing_backend()
+    monkeypatch.setattr(packed_module, "mkl_packing_available", lambda: False)
+    monkeypatch.setenv("SEQMAP_PACKED_LINEAR", "mkl")
+    with pytest.raises(ValueError, match="no MKL packed sgemm; use onednn or unset it"):
+        packing_backend()
+    monkeypatch.delenv("SEQMAP_PACKED_LINEAR")
+    assert packing_backend() == "onednn"  # Intel, but this torch has no MKL packs
+
+
 @needs_packing
 def test_state_dict_ties_and_isinstance_are_unchanged():
     cfg = ModelConfig(family="transformer", src_vocab=30, tgt_vocab=30, d_model=16, n_heads=2, d_ff=32,
@@ -57,24 +135,28 @@ def test_state_dict_ties_and_isinstance_are_unchanged():
 
 
 @needs_packing
-def test_a_weight_changed_in_place_is_packed_again():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_weight_changed_in_place_is_packed_again(backend):
     linear = nn.Linear(8, 6)
-    packed = PackedLinear(linear)
+    packed = PackedLinear(linear, backend)
     x = torch.randn(4, 8)
     with torch.no_grad():
-        packed(x)
+        for _ in range(MKL_AFTER_CALLS):
+            packed(x)
         packed.load_state_dict({"weight": torch.randn(6, 8), "bias": torch.randn(6)})
         _close(packed(x), F.linear(x, linear.weight, linear.bias))
 
 
 @needs_packing
-def test_training_with_fused_adamw_between_evaluations_never_reads_a_stale_pack():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_training_with_fused_adamw_between_evaluations_never_reads_a_stale_pack(backend):
     """Fused AdamW changes weights without bumping their version counter; the mode switch drops the packs."""
     linear = nn.Linear(8, 6)
-    packed = PackedLinear(linear).eval()
+    packed = PackedLinear(linear, backend).eval()
     x = torch.randn(4, 8)
     with torch.no_grad():
-        packed(x)
+        for _ in range(MKL_AFTER_CALLS):
+            packed(x)
     packed.train()
     optimizer = torch.optim.AdamW(packed.parameters(), lr=0.1, fused=True)
     packed(x).pow(2).sum().backward()
@@ -85,19 +167,22 @@ def test_training_with_fused_adamw_between_evaluations_never_reads_a_stale_pack(
 
 
 @needs_packing
-def test_a_used_packed_linear_can_be_copied_and_pickled():
-    """oneDNN's packed tensors cannot be copied: copies leave them behind and pack their own."""
-    packed = PackedLinear(nn.Linear(8, 6))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_used_packed_linear_can_be_copied_and_pickled(backend):
+    """oneDNN's and MKL's packed tensors cannot be copied: copies leave them behind and pack their own."""
+    packed = PackedLinear(nn.Linear(8, 6), backend)
     x = torch.randn(4, 8)
     with torch.no_grad():
-        y = packed(x)
+        for _ in range(MKL_AFTER_CALLS):
+            y = packed(x)
+        assert bool(packed._mkl_packs) == (backend == "mkl")
         twin = copy.deepcopy(packed)
         buffer = io.BytesIO()
         torch.save(packed, buffer)
         buffer.seek(0)
         loaded = torch.load(buffer, weights_only=False)
         for other in (twin, loaded):
-            assert other.weight is not packed.weight and other._packs == {}
+            assert other.weight is not packed.weight and other._packs == {} and not other._mkl_packs
             _close(other(x), y)
     assert packed._packs  # the original keeps its pack
 
@@ -122,24 +207,35 @@ def test_pack_linears_leaves_the_model_alone_where_packing_is_unavailable(monkey
 
 
 @needs_packing
-def test_packed_model_decodes_the_same_tokens_as_the_plain_one_on_a_trained_toy(trained_reverse_toy):
-    """Greedy and beam tokens of every held-out sentence equal the unpacked model's; beam scores agree to
-    float rounding. Packing after ``--quantize int8`` packs what stays float (cross-attention's in_proj)."""
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_packed_model_decodes_the_same_tokens_as_the_plain_one_on_a_trained_toy(trained_reverse_toy, backend,
+                                                                                 monkeypatch):
+    """Greedy and beam tokens of every held-out sentence (5 batches of 32: greedy's 32 rows and beam's 128
+    are within MKL's row counts) equal the unpacked model's; beam scores agree to float rounding. Packing
+    after ``--quantize int8`` packs what stays float (cross-attention's in_proj)."""
+    monkeypatch.setenv("SEQMAP_PACKED_LINEAR", backend)
     trained, task = trained_reverse_toy
     model = copy.deepcopy(trained)  # packed in place below; the fixture is shared
-    batch = next(iter(task.batches(1, 200, seed=777)))
-    src, mask = batch.src, batch.src_mask
-    plain_greedy = _decode(model, batch, "transformer", sep=0, max_len=task.max_len + 1)
-    plain_beam = beam_search(model, src, mask, beam_size=4, bos=BOS, eos=EOS, max_len=task.max_len + 1, n_best=2)
+    batches = task.batches(5, 32, seed=777)
+    max_len = task.max_len + 1
+
+    def decode(m):
+        return [(_decode(m, b, "transformer", sep=0, max_len=max_len),
+                 beam_search(m, b.src, b.src_mask, beam_size=4, bos=BOS, eos=EOS, max_len=max_len, n_best=2))
+                for b in batches]
+
+    plain = decode(model)
     int8 = quantize(model, "int8")
     pack_linears(model)
     assert type(model.decoder.output) is PackedLinear
-    assert _decode(model, batch, "transformer", sep=0, max_len=task.max_len + 1) == plain_greedy
-    beam = beam_search(model, src, mask, beam_size=4, bos=BOS, eos=EOS, max_len=task.max_len + 1, n_best=2)
-    for ours, theirs in zip(beam.hypotheses, plain_beam.hypotheses, strict=True):
-        assert [h.tokens for h in ours] == [h.tokens for h in theirs]
-        _close(torch.tensor([h.score for h in ours]), torch.tensor([h.score for h in theirs]))
+    assert model.decoder.output._mkl == (backend == "mkl")
+    for (greedy, beam), (plain_greedy, plain_beam) in zip(decode(model), plain, strict=True):
+        assert greedy == plain_greedy
+        for ours, theirs in zip(beam.hypotheses, plain_beam.hypotheses, strict=True):
+            assert [h.tokens for h in ours] == [h.tokens for h in theirs]
+            _close(torch.tensor([h.score for h in ours]), torch.tensor([h.score for h in theirs]))
+    assert {rows for _, _, rows in model.decoder.output._mkl_packs} == ({32, 128} if backend == "mkl" else set())
     pack_linears(int8)
     assert type(int8.decoder.layers[0].cross_attn.in_proj) is PackedLinear
     assert "quantized" in type(int8.decoder.layers[0].self_attn.in_proj).__module__
-    assert len(_decode(int8, batch, "transformer", sep=0, max_len=task.max_len + 1)) == len(plain_greedy)
+    assert len(_decode(int8, batches[0], "transformer", sep=0, max_len=max_len)) == len(plain[0][0])
