@@ -16,6 +16,8 @@ def test_int8_greedy_matches_float32_on_most_sentences_of_a_trained_toy(trained_
     assert any(type(m).__name__ == "Linear" and "quantized" in type(m).__module__ for m in int8.modules())
     layer = int8.decoder.layers[0]  # self-attention's packed q|k|v is int8; cross-attention slices its rows
     assert "quantized" in type(layer.self_attn.in_proj).__module__ and type(layer.cross_attn.in_proj) is nn.Linear
+    weight = int8.decoder.output.weight()  # one scale per output row, as CTranslate2's int8 weights
+    assert weight.qscheme() == torch.per_channel_affine and weight.q_per_channel_scales().numel() == weight.size(0)
     batch = next(iter(task.batches(1, 200, seed=777)))
     fp32 = _decode(model, batch, "transformer", sep=0, max_len=task.max_len + 1)
     q8 = _decode(int8, batch, "transformer", sep=0, max_len=task.max_len + 1)
