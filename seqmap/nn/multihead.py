@@ -22,8 +22,13 @@ from seqmap.nn.attention import (
     scaled_dot_product_attention,
     shared_prefix_attention,
 )
-from seqmap.nn.packed import linear_rows
+from seqmap.nn.packed import cpu_vendor, linear_rows
 from seqmap.nn.positional import PositionalEncoding
+
+# A decoding step over many rows on the CPU reads its cache's whole storage (``KVCache.whole``) or only the
+# slots in use, whichever was faster on the CPU kind (docs/benchmarks.md, issue 18): the whole storage on the
+# AMD EPYC (1.02x to 1.05x greedy), the slots in use on the Xeon (1.03x greedy with 2 threads, 1.05x with 1).
+WHOLE_STORAGE_READS = cpu_vendor() != "GenuineIntel"
 
 
 class KVCache:
@@ -128,8 +133,9 @@ class KVCache:
         zero): a weight of 0 times a zero adds nothing, where uninitialized memory could hold NaN.
 
         Attention over the whole storage reads each row's keys as one contiguous run, where the slots
-        in use are a run with a gap after it; for a decoding step over many rows on the CPU that is
-        the faster read, although up to twice as many slots are read (capacity doubles).
+        in use are a run with a gap after it; for a decoding step over many rows on the AMD EPYC that
+        is the faster read, although up to twice as many slots are read (capacity doubles). On the
+        Xeon, reading fewer slots is faster (``WHOLE_STORAGE_READS``).
         """
         if not self._tail_zeroed:
             self.k[:, :, self.length :].zero_()
@@ -361,7 +367,7 @@ class MultiHeadAttention(nn.Module):
                     out = shared_prefix_attention(q, prefix_k, prefix_v, k[:, :, cache.shared:],
                                                   v[:, :, cache.shared:])
                 else:
-                    keys, values, bias = cache.whole()
+                    keys, values, bias = cache.whole() if WHOLE_STORAGE_READS else (k, v, None)
                     out, _ = scaled_dot_product_attention(q, keys, values, bias=bias)
                 return self.out_proj(self._merge(out)), None
         if positional is not None:

@@ -291,13 +291,16 @@ def test_bad_head_counts_raise_value_error(d_model, n_heads, n_kv_heads, message
         MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads)
 
 
-@pytest.mark.parametrize("whole", [False, True], ids=["slots-in-use", "whole-storage"])
-def test_cache_reorders_copy_the_slots_in_use_and_keep_decoding_exact(monkeypatch, whole):
+@pytest.mark.parametrize(("many", "whole"), [(False, False), (True, False), (True, True)],
+                         ids=["general-path", "decoding-path-slots-in-use", "decoding-path-whole-storage"])
+def test_cache_reorders_copy_the_slots_in_use_and_keep_decoding_exact(monkeypatch, many, whole):
     """Beam-style reorders (same batch size, in place) and a shrink (rows dropped) leave a cache whose next
     steps equal a full recomputation over the reordered histories. Garbage in the unused capacity never
     shows: steps over the slots in use never read it, and steps that read the whole storage
-    (``KVCache.whole``, the CPU's path for many rows) zero it first and give it no weight."""
-    monkeypatch.setattr(multihead, "MANY_ROWS", 1 if whole else 10**9)
+    (``KVCache.whole``, the decoding path for many rows on CPUs other than Intel's) zero it first and give
+    it no weight."""
+    monkeypatch.setattr(multihead, "MANY_ROWS", 1 if many else 10**9)
+    monkeypatch.setattr(multihead, "WHOLE_STORAGE_READS", whole)
     calls = []
     real_whole = KVCache.whole
     monkeypatch.setattr(KVCache, "whole", lambda self: calls.append(1) or real_whole(self))
