@@ -4,6 +4,7 @@
     python bench/decode.py --quick          # smoke test: 8 sentences, 16 new tokens, 2 repeats
     python bench/decode.py --json out.json  # also write the rows as JSON
     python bench/decode.py --profile        # profile seqmap's decoding instead of timing (torch.profiler)
+    python bench/decode.py --profile hf     # the same for transformers' generate
 
 One model, three runtimes (seqmap three times: as ``load_run`` gives it to translate, evaluate, generate and
 serve, with packed Linear weights (``seqmap.nn.packed``: MKL's packs on Intel CPUs, oneDNN's elsewhere;
@@ -389,11 +390,11 @@ def time_calls(runtimes: Runtimes, beam: int, repeats: int, warmup: int) -> dict
 
 
 
-def profile_seqmap(args, beams: list[int], rows: int = 25) -> None:
-    """Where seqmap's decoding time goes: torch operators (self CPU time) against the wall time."""
+def profile_runtime(runtime: str, args, beams: list[int], rows: int = 25) -> None:
+    """Where seqmap's (or transformers') decoding time goes: torch operators (self CPU time) against the wall time."""
     from torch.profiler import ProfilerActivity, profile
 
-    decode = make_runner("seqmap", args, None)
+    decode = make_runner(runtime, args, None)
     for beam in beams:
         decode(beam)  # warm-up
         start = time.perf_counter()
@@ -405,7 +406,7 @@ def profile_seqmap(args, beams: list[int], rows: int = 25) -> None:
             profiled = time.perf_counter() - start
         events = prof.key_averages()
         op_time = sum(e.self_cpu_time_total for e in events) / 1e6
-        print(f"\n== seqmap {'greedy' if beam == 1 else f'beam-{beam}'}: {wall:.3f} s unprofiled, {profiled:.3f} s "
+        print(f"\n== {runtime} {'greedy' if beam == 1 else f'beam-{beam}'}: {wall:.3f} s unprofiled, {profiled:.3f} s "
               f"profiled, of which {op_time:.3f} s inside torch operators (self CPU time of the calling thread)")
         print(events.table(sort_by="self_cpu_time_total", row_limit=rows))
 
@@ -421,7 +422,8 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="smoke test: 8 sentences, 16 new tokens, 2 repeats")
-    parser.add_argument("--profile", action="store_true", help="profile seqmap's decoding instead of timing")
+    parser.add_argument("--profile", nargs="?", const="seqmap", choices=["seqmap", "hf"],
+                        help="profile seqmap's (or with 'hf' transformers') decoding instead of timing")
     parser.add_argument("--pack", choices=["auto", *BACKENDS], default="auto",
                         help=f"the library of seqmap's packed Linear weights (sets {BACKEND_VARIABLE}); "
                         "auto: this CPU's choice (seqmap.nn.packed)")
@@ -435,7 +437,7 @@ def main(argv=None) -> None:
     if args.pack != "auto":  # read by every runtime process (spawned with this environment)
         os.environ[BACKEND_VARIABLE] = args.pack
     if args.profile:
-        profile_seqmap(args, args.beams)
+        profile_runtime(args.profile, args, args.beams)
         return
 
     import ctranslate2

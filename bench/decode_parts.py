@@ -8,8 +8,12 @@ Shapes are bench/decode.py's model (D=256, H=4, F=1024, V=8000) at its batch: 64
 both ways, alternating, and reports the median of ``--repeats`` runs of ``--inner`` calls:
 
 - linear: ``F.linear`` (MKL's sgemm) against ``seqmap.nn.packed.PackedLinear`` (oneDNN, packed weight);
+- linear, packed: oneDNN's pack against MKL's (``PackedLinear``'s path on Intel CPUs, up to 128 rows),
+  at 8 and 64 rows, where this torch has MKL's packed sgemm;
 - attention: PyTorch's fused ``scaled_dot_product_attention`` against the explicit path
   (``seqmap.nn.attention``) for decoding-step shapes;
+- attention over a cache: the whole storage (``KVCache.whole``, the path on CPUs other than Intel's)
+  against the slots in use (Intel's), greedy's 64 rows at 33 of 64 and 65 of 128 slots;
 - best token / best 2k candidates: ``Tensor.max`` and ``topk`` over the expanded scores against
   ``seqmap.decoding.select``;
 - beam-5 self-attention: each beam reading its own copy of the history (the explicit path over the
@@ -39,7 +43,7 @@ from machine import cpu_name  # noqa: E402
 from seqmap.decoding.select import row_max, top_candidates  # noqa: E402
 from seqmap.nn.attention import _explicit, _fused, shared_prefix_attention  # noqa: E402
 from seqmap.nn.multihead import KVCache  # noqa: E402
-from seqmap.nn.packed import PackedLinear  # noqa: E402
+from seqmap.nn.packed import MKL_AFTER_CALLS, PackedLinear, mkl_packing_available  # noqa: E402
 
 D, H, F_DIM, V, DH = 256, 4, 1024, 8000, 64
 
@@ -62,10 +66,41 @@ def linear_rows(rows: int):
     for k, n, what in ((D, 3 * D, "q|k|v"), (D, F_DIM, "feed-forward in"), (F_DIM, D, "feed-forward out"),
                        (D, V, "output projection")):
         linear = torch.nn.Linear(k, n)
-        packed = PackedLinear(linear)
+        packed = PackedLinear(linear, "onednn")
         x = torch.randn(rows, k)
         yield (f"linear {what}, {rows} x {k} x {n}", lambda x=x, w=linear.weight, b=linear.bias: F.linear(x, w, b),
                lambda x=x, packed=packed: packed(x), "F.linear (MKL)", "PackedLinear (oneDNN)")
+
+
+def packed_rows(rows: int):
+    """oneDNN's pack against MKL's (made on a row count's MKL_AFTER_CALLS-th call: called that often first)."""
+    if not mkl_packing_available():
+        return
+    for k, n, what in ((D, 3 * D, "q|k|v"), (D, D, "out"), (D, F_DIM, "feed-forward in"),
+                       (F_DIM, D, "feed-forward out"), (D, V, "output projection")):
+        linear = torch.nn.Linear(k, n)
+        onednn, mkl = PackedLinear(linear, "onednn"), PackedLinear(linear, "mkl")
+        x = torch.randn(rows, k)
+        for _ in range(MKL_AFTER_CALLS):
+            mkl(x)
+        yield (f"linear packed {what}, {rows} x {k} x {n}", lambda x=x, p=onednn: p(x), lambda x=x, p=mkl: p(x),
+               "PackedLinear (oneDNN)", "PackedLinear (MKL)")
+
+
+def cache_read_rows(rows: int = 64):
+    """One query per row over a cache: the whole storage (zeros and a -inf bias past the slots in use)
+    against the slots in use (a view with a gap after each row's run)."""
+    scale = DH**-0.5
+    for used, capacity in ((33, 64), (65, 128)):
+        q = torch.randn(rows, H, 1, DH)
+        k, v = torch.randn(rows, H, capacity, DH), torch.randn(rows, H, capacity, DH)
+        k[:, :, used:], v[:, :, used:] = 0.0, 0.0
+        bias = torch.zeros(1, 1, 1, capacity)
+        bias[..., used:] = float("-inf")
+        yield (f"attention over a cache, B={rows}, {used} of {capacity} slots",
+               lambda q=q, k=k, v=v, bias=bias: _explicit(q, k, v, None, bias, 0.0, scale),
+               lambda q=q, k=k[:, :, :used], v=v[:, :, :used]: _explicit(q, k, v, None, None, 0.0, scale),
+               "whole storage", "slots in use")
 
 
 def attention_rows():
@@ -143,7 +178,8 @@ def main(argv=None) -> None:
     print(f"{'operation':<58} {'before':>22} {'us':>8} {'after':>26} {'us':>8} {'speed-up':>9}")
     rows = []
     with torch.no_grad():
-        cases = [*linear_rows(64), *linear_rows(320), *attention_rows(), *shared_prefix_row(), *selection_rows()]
+        cases = [*linear_rows(64), *linear_rows(320), *packed_rows(8), *packed_rows(64), *attention_rows(),
+                 *cache_read_rows(), *shared_prefix_row(), *selection_rows()]
         what, whole, suffixes, before_name, after_name, restore = reorder_row()
         baseline, _ = timed(restore, restore, args.repeats, args.inner)  # the copies that reset the cache
         before, after = timed(whole, suffixes, args.repeats, args.inner)

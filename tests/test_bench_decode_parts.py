@@ -14,6 +14,8 @@ def test_decode_parts_bench_writes_its_rows(tmp_path):
     out = tmp_path / "parts.json"
     module.main(["--threads", "1", "--repeats", "1", "--inner", "1", "--json", str(out)])
     rows = json.loads(out.read_text())
-    assert len(rows) == 18 and {r["after"] for r in rows} >= {"PackedLinear (oneDNN)", "explicit", "row_max",
-                                                        "shared_prefix_attention"}
+    mkl = module.mkl_packing_available()
+    assert len(rows) == 20 + (10 if mkl else 0)
+    assert {r["after"] for r in rows} >= {"PackedLinear (oneDNN)", "explicit", "slots in use", "row_max",
+                                          "shared_prefix_attention", *(["PackedLinear (MKL)"] if mkl else [])}
     assert all(r["before_us"] > 0 and r["after_us"] > 0 for r in rows)
