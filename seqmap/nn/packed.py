@@ -24,17 +24,18 @@ tied weights and ``.weight`` readers are unchanged) and packs on first use:
 Which library multiplies depends on the CPU (``packing_backend``). On Intel CPUs, MKL's own
 packed sgemm (``torch.ops.mkl._mkl_linear``, what Inductor uses for frozen Linear layers) is
 faster than oneDNN at decoding's row counts: on the Xeon of docs/benchmarks.md, 1.18x a
-whole greedy call at 64 rows, 1.34x at 8 and 1.32x at one, with the same tokens. Its pack is
-made for one row count, though (another count falls back to an unpacked sgemm), and packing
-the output layer costs about two of its calls. So a row count of at most ``MKL_MAX_ROWS``
-gets its MKL pack on its ``MKL_AFTER_CALLS``-th call (greedy's batch keeps its rows for the
-whole call and from one call to the next; beam search's shrinks as sentences finish, and a
-count seen only a few times is not worth packing); until then, and above ``MKL_MAX_ROWS``
-(where MKL's lead is small and real batches, whose sizes vary, re-packed too often to keep
-it), oneDNN's pack serves. At most ``MKL_ROW_COUNTS`` row counts keep a pack per slice (the
-least recently used is dropped). On other CPUs (the AMD EPYC of docs/benchmarks.md, where
-oneDNN was measured) oneDNN serves all. ``SEQMAP_PACKED_LINEAR=onednn`` (or ``mkl``) in the
-environment overrides the choice, for measuring one against the other.
+whole greedy call at 64 rows, 1.30x at 8 and 1.22x at one, with the same tokens
+(``bench/decode_switch.py pack``). Its pack is made for one row count, though (another count
+falls back to an unpacked sgemm), and packing the output layer costs about two of its calls.
+So a row count of at most ``MKL_MAX_ROWS`` gets its MKL pack on its ``MKL_AFTER_CALLS``-th
+call (greedy's batch keeps its rows for the whole call and from one call to the next; beam
+search's shrinks as sentences finish, and a count seen only a few times is not worth
+packing); until then, and above ``MKL_MAX_ROWS`` (where MKL's lead is small and real
+batches, whose sizes vary, re-packed too often to keep it), oneDNN's pack serves. At most
+``MKL_ROW_COUNTS`` row counts keep a pack per slice (the least recently used is dropped). On
+other CPUs (the AMD EPYC of docs/benchmarks.md, where oneDNN was measured) oneDNN serves
+all. ``SEQMAP_PACKED_LINEAR=onednn`` (or ``mkl``) in the environment overrides the choice,
+for measuring one against the other.
 
 Packing needs torch built with oneDNN on x86-64 (``packing_available``); elsewhere
 ``pack_linears`` leaves the model as it is. Results equal ``F.linear``'s to float

@@ -1,0 +1,122 @@
+"""One decoding choice of seqmap switched on and off in one process, on bench/decode.py's model.
+
+    python bench/decode_switch.py pack         # oneDNN's packed Linear weights against MKL's (seqmap.nn.packed)
+    python bench/decode_switch.py cache-reads  # the cache's whole storage against its slots in use
+    python bench/decode_switch.py pack --sentences 64 8 1 --beams 1 5 --json out.json
+
+Both settings decode the same sources with the same weights, alternately, ``--rounds`` times after
+two warm-up calls each; the table gives each setting's median seconds per call and the median over
+rounds of the ratio within a round ("paired": off / on, above 1: the second setting is faster), and
+whether the two produced the same tokens. Where bench/decode.py compares runtimes in separate
+processes, this isolates one change with everything else equal (threads, memory, the machine's drift).
+
+- ``pack``: ``pack_linears(model, "onednn")`` against ``pack_linears(model, "mkl")`` (needs MKL's packed
+  sgemm in this torch);
+- ``cache-reads``: ``seqmap.nn.multihead.WHOLE_STORAGE_READS`` True against False.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from decode import build_seqmap, make_sources, seqmap_decode  # noqa: E402
+from machine import cpu_name  # noqa: E402
+
+from seqmap.decoding.memory import keep_freed_memory  # noqa: E402
+from seqmap.nn import multihead  # noqa: E402
+from seqmap.nn.packed import mkl_packing_available, pack_linears  # noqa: E402
+
+SWITCHES = {"pack": ("oneDNN packs", "MKL packs"), "cache-reads": ("whole storage", "slots in use")}
+
+
+def settings(switch: str, model) -> list:
+    """The two settings of ``switch``: each a callable that prepares and returns the model to decode with."""
+    if switch == "pack":
+        if not mkl_packing_available():
+            raise SystemExit("pack: this torch has no MKL packed sgemm to compare with oneDNN")
+        onednn, mkl = pack_linears(copy.deepcopy(model), "onednn"), pack_linears(copy.deepcopy(model), "mkl")
+        return [lambda: onednn, lambda: mkl]
+    packed = pack_linears(model)
+
+    def reads(whole: bool):
+        def prepare():
+            multihead.WHOLE_STORAGE_READS = whole
+            return packed
+        return prepare
+
+    return [reads(True), reads(False)]
+
+
+def measure(decode, rounds: int) -> tuple[list[float], list[float], bool]:
+    """Seconds per call of each setting over ``rounds`` alternating rounds, and whether their tokens agree."""
+    outputs = []
+    for setting in decode:
+        setting()
+        outputs.append(setting())
+    samples = ([], [])
+    for _ in range(rounds):
+        for i, setting in enumerate(decode):
+            start = time.perf_counter()
+            setting()
+            samples[i].append(time.perf_counter() - start)
+    return samples[0], samples[1], outputs[0] == outputs[1]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("switch", choices=sorted(SWITCHES))
+    parser.add_argument("--sentences", type=int, nargs="+", default=[64])
+    parser.add_argument("--beams", type=int, nargs="+", default=[1, 5], help="beam sizes (1 = greedy)")
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--src-len", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as load_run and bench/decode.py do
+    off, on = SWITCHES[args.switch]
+    model, _ = build_seqmap(args.seed)
+    prepared = settings(args.switch, model)
+    whole_before = multihead.WHOLE_STORAGE_READS
+    print(f"torch {torch.__version__}; {cpu_name()}, {args.threads} threads, fp32; {args.switch}: {off} against {on}")
+    print(f"{'sentences':>9} {'mode':>7} {off:>15} {on:>15} {'ratio':>6} {'paired':>7} {'same tokens':>12}")
+    rows = []
+    try:
+        for sentences in args.sentences:
+            src = make_sources(sentences, args.src_len, args.seed)
+            mask = torch.ones_like(src, dtype=torch.bool)
+            for beam in args.beams:
+                decode = [lambda prepare=prepare, src=src, mask=mask, beam=beam:
+                          seqmap_decode(prepare(), src, mask, beam, args.new_tokens) for prepare in prepared]
+                first, second, same = measure(decode, args.rounds)
+                paired = statistics.median(a / b for a, b in zip(first, second, strict=True))
+                a, b = statistics.median(first), statistics.median(second)
+                mode = "greedy" if beam == 1 else f"beam-{beam}"
+                rows.append({"switch": args.switch, "off": off, "on": on, "sentences": sentences, "mode": mode,
+                             "off_s": round(a, 4), "on_s": round(b, 4), "ratio": round(a / b, 3),
+                             "paired": round(paired, 3), "same_tokens": same, "rounds": args.rounds,
+                             "new_tokens": args.new_tokens, "cpu": cpu_name(), "threads": args.threads})
+                print(f"{sentences:>9} {mode:>7} {a:>14.4f}s {b:>14.4f}s {a / b:>6.3f} {paired:>7.3f} {str(same):>12}",
+                      flush=True)
+    finally:
+        multihead.WHOLE_STORAGE_READS = whole_before
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""``bench/decode_switch.py`` runs both settings of a switch and writes one row per case (a smoke test)."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from seqmap.nn import multihead
+from seqmap.nn.packed import mkl_packing_available
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "decode_switch.py"
+
+
+def _load():
+    sys.path.insert(0, str(BENCH.parent))  # decode.py and machine.py beside it
+    try:
+        spec = importlib.util.spec_from_file_location("decode_switch", BENCH)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH.parent))
+    return module
+
+
+@pytest.mark.parametrize("switch", ["cache-reads", pytest.param("pack", marks=pytest.mark.skipif(
+    not mkl_packing_available(), reason="torch without MKL's packed sgemm"))])
+def test_decode_switch_bench_writes_its_rows_and_the_tokens_agree(tmp_path, switch):
+    before = multihead.WHOLE_STORAGE_READS
+    out = tmp_path / "switch.json"
+    _load().main([switch, "--sentences", "32", "--beams", "1", "2", "--new-tokens", "3", "--rounds", "1",
+                  "--threads", "1", "--json", str(out)])
+    rows = json.loads(out.read_text())
+    assert [(r["sentences"], r["mode"]) for r in rows] == [(32, "greedy"), (32, "beam-2")]
+    assert all(r["same_tokens"] and r["off_s"] > 0 and r["on_s"] > 0 for r in rows)
+    assert multihead.WHOLE_STORAGE_READS == before  # the switch is put back
