@@ -23,7 +23,7 @@ tied weights and ``.weight`` readers are unchanged) and packs on first use:
 
 Which library multiplies depends on the CPU (``packing_backend``). On Intel CPUs, MKL's own
 packed sgemm (``torch.ops.mkl._mkl_linear``, what Inductor uses for frozen Linear layers) is
-faster than oneDNN at decoding's row counts: on the Xeon of docs/benchmarks.md, 1.18x a
+faster than oneDNN at decoding's row counts: on the Xeon of docs/benchmarks.md, 1.17x a
 whole greedy call at 64 rows, 1.30x at 8 and 1.22x at one, with the same tokens
 (``bench/decode_switch.py pack``). Its pack is made for one row count, though (another count
 falls back to an unpacked sgemm), and packing the output layer costs about two of its calls.
