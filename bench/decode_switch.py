@@ -2,6 +2,7 @@
 
     python bench/decode_switch.py pack         # oneDNN's packed Linear weights against MKL's (seqmap.nn.packed)
     python bench/decode_switch.py cache-reads  # the cache's whole storage against its slots in use
+    python bench/decode_switch.py plain --sentences 1 2 3 --beams 1  # MKL packs against F.linear for a few rows
     python bench/decode_switch.py pack --sentences 64 8 1 --beams 1 5 --json out.json
 
 Both settings decode the same sources with the same weights, alternately, ``--rounds`` times after
@@ -12,7 +13,9 @@ processes, this isolates one change with everything else equal (threads, memory,
 
 - ``pack``: ``pack_linears(model, "onednn")`` against ``pack_linears(model, "mkl")`` (needs MKL's packed
   sgemm in this torch);
-- ``cache-reads``: ``seqmap.nn.multihead.WHOLE_STORAGE_READS`` True against False.
+- ``cache-reads``: ``seqmap.nn.multihead.WHOLE_STORAGE_READS`` True against False;
+- ``plain``: with MKL's packs, ``seqmap.nn.packed.PLAIN_MAX_ROWS`` 0 (every row count packed) against its
+  default (up to that many rows through ``F.linear``); it changes only decoding steps of that few rows.
 """
 
 from __future__ import annotations
@@ -35,18 +38,31 @@ from machine import cpu_name  # noqa: E402
 
 from seqmap.decoding.memory import keep_freed_memory  # noqa: E402
 from seqmap.nn import multihead  # noqa: E402
+from seqmap.nn import packed as packed_module  # noqa: E402
 from seqmap.nn.packed import mkl_packing_available, pack_linears  # noqa: E402
 
-SWITCHES = {"pack": ("oneDNN packs", "MKL packs"), "cache-reads": ("whole storage", "slots in use")}
+SWITCHES = {"pack": ("oneDNN packs", "MKL packs"), "cache-reads": ("whole storage", "slots in use"),
+            "plain": ("MKL packs", "F.linear")}
+PLAIN_MAX_ROWS = packed_module.PLAIN_MAX_ROWS  # the default the ``plain`` switch turns on
 
 
 def settings(switch: str, model) -> list:
     """The two settings of ``switch``: each a callable that prepares and returns the model to decode with."""
+    if switch in ("pack", "plain") and not mkl_packing_available():
+        raise SystemExit(f"{switch}: this torch has no MKL packed sgemm")
     if switch == "pack":
-        if not mkl_packing_available():
-            raise SystemExit("pack: this torch has no MKL packed sgemm to compare with oneDNN")
         onednn, mkl = pack_linears(copy.deepcopy(model), "onednn"), pack_linears(copy.deepcopy(model), "mkl")
         return [lambda: onednn, lambda: mkl]
+    if switch == "plain":
+        mkl = pack_linears(model, "mkl")
+
+        def rows(most: int):
+            def prepare():
+                packed_module.PLAIN_MAX_ROWS = most
+                return mkl
+            return prepare
+
+        return [rows(0), rows(PLAIN_MAX_ROWS)]
     packed = pack_linears(model)
 
     def reads(whole: bool):
@@ -113,6 +129,7 @@ def main(argv=None) -> None:
                       flush=True)
     finally:
         multihead.WHOLE_STORAGE_READS = whole_before
+        packed_module.PLAIN_MAX_ROWS = PLAIN_MAX_ROWS
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
         print(f"wrote {args.json}")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from seqmap.nn import multihead
+from seqmap.nn import packed as packed_module
 from seqmap.nn.packed import mkl_packing_available
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "decode_switch.py"
@@ -24,14 +25,18 @@ def _load():
     return module
 
 
-@pytest.mark.parametrize("switch", ["cache-reads", pytest.param("pack", marks=pytest.mark.skipif(
-    not mkl_packing_available(), reason="torch without MKL's packed sgemm"))])
+NEEDS_MKL = pytest.mark.skipif(not mkl_packing_available(), reason="torch without MKL's packed sgemm")
+
+
+@pytest.mark.parametrize("switch", ["cache-reads", pytest.param("pack", marks=NEEDS_MKL),
+                                    pytest.param("plain", marks=NEEDS_MKL)])
 def test_decode_switch_bench_writes_its_rows_and_the_tokens_agree(tmp_path, switch):
-    before = multihead.WHOLE_STORAGE_READS
+    before = multihead.WHOLE_STORAGE_READS, packed_module.PLAIN_MAX_ROWS
     out = tmp_path / "switch.json"
-    _load().main([switch, "--sentences", "32", "--beams", "1", "2", "--new-tokens", "3", "--rounds", "1",
+    sentences = "2" if switch == "plain" else "32"  # plain: decoding steps of at most PLAIN_MAX_ROWS rows
+    _load().main([switch, "--sentences", sentences, "--beams", "1", "2", "--new-tokens", "3", "--rounds", "1",
                   "--threads", "1", "--json", str(out)])
     rows = json.loads(out.read_text())
-    assert [(r["sentences"], r["mode"]) for r in rows] == [(32, "greedy"), (32, "beam-2")]
+    assert [(r["sentences"], r["mode"]) for r in rows] == [(int(sentences), "greedy"), (int(sentences), "beam-2")]
     assert all(r["same_tokens"] and r["off_s"] > 0 and r["on_s"] > 0 for r in rows)
-    assert multihead.WHOLE_STORAGE_READS == before  # the switch is put back
+    assert (multihead.WHOLE_STORAGE_READS, packed_module.PLAIN_MAX_ROWS) == before  # the switch is put back

@@ -32,7 +32,11 @@ call (greedy's batch keeps its rows for the whole call and from one call to the 
 search's shrinks as sentences finish, and a count seen only a few times is not worth
 packing); until then, and above ``MKL_MAX_ROWS`` (where MKL's lead is small and real
 batches, whose sizes vary, re-packed too often to keep it), oneDNN's pack serves. At most
-``MKL_ROW_COUNTS`` row counts keep a pack per slice (the least recently used is dropped). On
+``MKL_ROW_COUNTS`` row counts keep a pack per slice (the least recently used is dropped). At
+most ``PLAIN_MAX_ROWS`` rows (greedy for one to three sentences: a server's requests) go
+through ``F.linear``: for so few rows MKL's sgemm reads the weight as it is as fast as its
+pack or faster, and both are 2x to 4x faster than oneDNN's pack there (``bench/decode_parts.py``);
+greedy for one sentence gained 1.09x (``bench/decode_switch.py plain``). On
 other CPUs (the AMD EPYC of docs/benchmarks.md, where oneDNN was measured) oneDNN serves
 all. ``SEQMAP_PACKED_LINEAR=onednn`` (or ``mkl``) in the environment overrides the choice,
 for measuring one against the other.
@@ -69,6 +73,7 @@ BACKEND_VARIABLE = "SEQMAP_PACKED_LINEAR"
 MKL_MAX_ROWS = 128  # above this many rows oneDNN's pack serves (see the module docstring)
 MKL_AFTER_CALLS = 4  # a row count is packed for MKL on its 4th call (one pack costs about 2 calls)
 MKL_ROW_COUNTS = 4  # MKL packs kept per weight slice, one per row count, least recently used dropped
+PLAIN_MAX_ROWS = 3  # with the MKL backend, up to this many rows go through F.linear (see the module docstring)
 
 
 def mkl_packing_available() -> bool:
@@ -88,6 +93,11 @@ def cpu_vendor() -> str:
     except OSError:
         pass
     return ""
+
+
+# the operators themselves (OpOverloads), not their packets: a call skips the packet's overload lookup
+_ONEDNN_LINEAR = torch.ops.mkldnn._linear_pointwise.default if packing_available() else None
+_MKL_LINEAR = torch.ops.mkl._mkl_linear.default if mkl_packing_available() else None
 
 
 def packing_backend() -> str:
@@ -141,11 +151,8 @@ class PackedLinear(nn.Linear):
         state.update(_packs={}, _mkl_packs=OrderedDict(), _calls={})
         return state
 
-    def _versions(self) -> tuple[int, int]:
-        return self.weight._version, -1 if self.bias is None else self.bias._version
-
     def _pack(self, start: int, stop: int) -> _Pack:
-        versions = self._versions()
+        versions = _versions(self.weight, self.bias)
         pack = self._packs.get((start, stop))
         if pack is None or pack.versions != versions:
             weight = torch.ops.mkldnn._reorder_linear_weight(self.weight[start:stop].detach().contiguous())
@@ -157,7 +164,7 @@ class PackedLinear(nn.Linear):
         """MKL's pack of rows [start, stop) for ``rows`` input rows; None until that row count has been
         called ``MKL_AFTER_CALLS`` times (see the module docstring)."""
         key = (start, stop, rows)
-        versions = self._versions()
+        versions = _versions(self.weight, self.bias)
         pack = self._mkl_packs.get(key)
         if pack is not None and pack.versions == versions:
             self._mkl_packs.move_to_end(key)
@@ -182,23 +189,42 @@ class PackedLinear(nn.Linear):
 
         ``relu``: followed by a ReLU (oneDNN applies it as it writes the product, in one pass).
         """
-        stop = self.out_features if stop is None else stop
-        if (torch.is_grad_enabled() and (self.weight.requires_grad or x.requires_grad)) \
-                or not x.is_cpu or x.dtype != torch.float32 or self.weight.dtype != torch.float32:
-            if (start, stop) == (0, self.out_features):
-                y = F.linear(x, self.weight, self.bias)
-            else:
-                y = F.linear(x, self.weight[start:stop], None if self.bias is None else self.bias[start:stop])
-            return F.relu(y) if relu else y
-        rows = x.numel() // x.shape[-1] if x.dim() else 0
-        if self._mkl and 0 < rows <= MKL_MAX_ROWS and (pack := self._mkl_pack(start, stop, rows)) is not None:
-            y = torch.ops.mkl._mkl_linear(x, pack.weight, pack.plain, pack.bias, rows)
-            return y.relu_() if relu else y
+        if stop is None:
+            stop = self.out_features
+        params = self._parameters  # read once: each ``self.weight`` goes through nn.Module.__getattr__
+        weight, bias = params["weight"], params.get("bias")  # a bias of None is a plain attribute, not in there
+        if (torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad)) \
+                or not x.is_cpu or x.dtype != torch.float32 or weight.dtype != torch.float32:
+            return _plain(x, weight, bias, start, stop, relu)
+        if self._mkl:
+            rows = x.numel() // x.shape[-1] if x.dim() else 0
+            if 0 < rows <= PLAIN_MAX_ROWS:
+                return _plain(x, weight, bias, start, stop, relu)
+            if rows <= MKL_MAX_ROWS:
+                pack = self._mkl_packs.get((start, stop, rows))
+                if pack is None or pack.versions != _versions(weight, bias):
+                    pack = self._mkl_pack(start, stop, rows)
+                if pack is not None:
+                    y = _MKL_LINEAR(x, pack.weight, pack.plain, pack.bias, rows)
+                    return y.relu_() if relu else y
         pack = self._pack(start, stop)
-        return torch.ops.mkldnn._linear_pointwise(x, pack.weight, pack.bias, "relu" if relu else "none", [], "")
+        return _ONEDNN_LINEAR(x, pack.weight, pack.bias, "relu" if relu else "none", [], "")
 
     def forward(self, x: Tensor) -> Tensor:
         return self.project(x)
+
+
+def _versions(weight: Tensor, bias: Tensor | None) -> tuple[int, int]:
+    """The version counters of a weight and bias: in-place changes (``load_state_dict``) bump them."""
+    return weight._version, -1 if bias is None else bias._version
+
+
+def _plain(x: Tensor, weight: Tensor, bias: Tensor | None, start: int, stop: int, relu: bool) -> Tensor:
+    """Rows [start, stop) of ``F.linear`` (MKL's sgemm on the weight as it is), then ReLU if asked."""
+    if (start, stop) != (0, weight.size(0)):
+        weight, bias = weight[start:stop], None if bias is None else bias[start:stop]
+    y = F.linear(x, weight, bias)
+    return F.relu(y) if relu else y
 
 
 class _Pack(NamedTuple):

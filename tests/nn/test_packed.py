@@ -21,6 +21,7 @@ from seqmap.nn.packed import (
     MKL_AFTER_CALLS,
     MKL_MAX_ROWS,
     MKL_ROW_COUNTS,
+    PLAIN_MAX_ROWS,
     PackedLinear,
     linear_relu,
     linear_rows,
@@ -45,7 +46,7 @@ def _close(a, b):
 @pytest.mark.parametrize("shape", [(7, 24), (3, 5, 24), (1, 24)], ids=["rows", "batch-time", "one-row"])
 def test_packed_linear_equals_linear_and_its_row_slices(bias, shape):
     linear = nn.Linear(24, 40, bias=bias)
-    packed = PackedLinear(linear)
+    packed = PackedLinear(linear, "onednn")
     x = torch.randn(shape)
     with torch.no_grad():
         _close(packed(x), linear(x))
@@ -60,7 +61,7 @@ def test_packed_linear_equals_linear_and_its_row_slices(bias, shape):
 def test_mkl_packs_are_made_per_row_count_once_it_recurs_and_equal_linear(bias):
     linear = nn.Linear(24, 40, bias=bias)
     packed = PackedLinear(linear, "mkl")
-    inputs = {rows: torch.randn(rows, 24) for rows in (1, 5, MKL_MAX_ROWS)}
+    inputs = {rows: torch.randn(rows, 24) for rows in (PLAIN_MAX_ROWS + 1, 5, MKL_MAX_ROWS)}
     inputs["batch-time"] = torch.randn(3, 4, 24)  # 12 rows
     with torch.no_grad():
         for call in range(1, MKL_AFTER_CALLS + 1):  # one call per slice and row count each time
@@ -76,16 +77,37 @@ def test_mkl_packs_are_made_per_row_count_once_it_recurs_and_equal_linear(bias):
         big = torch.randn(MKL_MAX_ROWS + 1, 24)
         for _ in range(MKL_AFTER_CALLS + 1):
             _close(packed(big), linear(big))
-    rows = {1, 5, 12, MKL_MAX_ROWS}
+    rows = {PLAIN_MAX_ROWS + 1, 5, 12, MKL_MAX_ROWS}
     assert set(packed._mkl_packs) == {(0, 40, r) for r in rows} | {(8, 30, r) for r in rows}
     assert set(packed._packs) == {(0, 40), (8, 30)}  # oneDNN served the first calls and the 129 rows
+
+
+@needs_mkl
+@pytest.mark.parametrize("bias", [True, False])
+def test_with_mkl_a_few_rows_go_through_f_linear_without_any_pack(bias):
+    linear = nn.Linear(24, 40, bias=bias)
+    packed = PackedLinear(linear, "mkl")
+    with torch.no_grad():
+        for rows in range(1, PLAIN_MAX_ROWS + 1):
+            for shape in ((rows, 24), (rows, 1, 24)):
+                x = torch.randn(shape)
+                for _ in range(MKL_AFTER_CALLS + 1):
+                    assert torch.equal(packed(x), F.linear(x, linear.weight, linear.bias))
+                    assert torch.equal(linear_relu(packed, x), F.relu(F.linear(x, linear.weight, linear.bias)))
+                    bias_rows = None if linear.bias is None else linear.bias[8:30]
+                    assert torch.equal(linear_rows(packed, x, 8, 30), F.linear(x, linear.weight[8:30], bias_rows))
+        assert not packed._packs and not packed._mkl_packs and not packed._calls
+        x = torch.randn(PLAIN_MAX_ROWS + 1, 24)  # one row more: oneDNN's pack first, then MKL's
+        for _ in range(MKL_AFTER_CALLS):
+            _close(packed(x), linear(x))
+    assert set(packed._packs) == {(0, 40)} and set(packed._mkl_packs) == {(0, 40, PLAIN_MAX_ROWS + 1)}
 
 
 @needs_mkl
 def test_at_most_mkl_row_counts_packs_are_kept_per_slice_the_least_recently_used_dropped():
     linear = nn.Linear(16, 8)
     packed = PackedLinear(linear, "mkl")
-    counts = list(range(1, MKL_ROW_COUNTS + 3))
+    counts = list(range(PLAIN_MAX_ROWS + 1, PLAIN_MAX_ROWS + MKL_ROW_COUNTS + 3))
     with torch.no_grad():
         for rows in counts:
             x = torch.randn(rows, 16)
