@@ -84,7 +84,7 @@ class FeedForward(nn.Module):
             h = F.silu(self.w1(x))
         else:
             h = F.gelu(self.w1(x), approximate="tanh" if self.activation == "gelu_tanh" else "none")
-        return self.w2(self.dropout(h))
+        return self.w2(self.dropout(h) if self.training else h)
 
 
 class _Residual(nn.Module):
@@ -97,7 +97,9 @@ class _Residual(nn.Module):
         return norm(x) if self.pre_norm else x
 
     def _out(self, x: Tensor, h: Tensor, norm: nn.Module) -> Tensor:
-        return x + self.dropout(h) if self.pre_norm else norm(x + self.dropout(h))
+        if self.training:  # dropout is the identity otherwise: no module call per layer and decoding step
+            h = self.dropout(h)
+        return x + h if self.pre_norm else norm(x + h)
 
 
 class EncoderLayer(_Residual):
