@@ -8,6 +8,8 @@ Shapes are bench/decode.py's model (D=256, H=4, F=1024, V=8000) at its batch: 64
 both ways, alternating, and reports the median of ``--repeats`` runs of ``--inner`` calls:
 
 - linear: ``F.linear`` (MKL's sgemm) against ``seqmap.nn.packed.PackedLinear`` (oneDNN, packed weight);
+- linear, one row: oneDNN's pack and MKL's pack each against ``F.linear`` (``PackedLinear``'s path for up to
+  ``PLAIN_MAX_ROWS`` rows on Intel CPUs), where this torch has MKL's packed sgemm;
 - linear, packed: oneDNN's pack against MKL's (``PackedLinear``'s path on Intel CPUs, up to 128 rows),
   at 8 and 64 rows, where this torch has MKL's packed sgemm;
 - attention: PyTorch's fused ``scaled_dot_product_attention`` against the explicit path
@@ -85,6 +87,28 @@ def packed_rows(rows: int):
             mkl(x)
         yield (f"linear packed {what}, {rows} x {k} x {n}", lambda x=x, p=onednn: p(x), lambda x=x, p=mkl: p(x),
                "PackedLinear (oneDNN)", "PackedLinear (MKL)")
+
+
+def plain_rows(rows: int = 1):
+    """A few rows (greedy for one sentence): oneDNN's pack and MKL's pack each against F.linear, which
+    ``PackedLinear`` uses for up to ``PLAIN_MAX_ROWS`` rows with the MKL backend."""
+    if not mkl_packing_available():
+        return
+    for k, n, what in ((D, 3 * D, "q|k|v"), (D, D, "out"), (D, F_DIM, "feed-forward in"),
+                       (F_DIM, D, "feed-forward out"), (D, V, "output projection")):
+        linear = torch.nn.Linear(k, n)
+        x = torch.randn(rows, k)
+        onednn = PackedLinear(linear, "onednn")
+        mkl_pack = torch.ops.mkl._mkl_reorder_linear_weight(linear.weight, rows)
+
+        def plain(x=x, w=linear.weight, b=linear.bias):
+            return F.linear(x, w, b)
+
+        yield (f"linear {what}, {rows} x {k} x {n}", lambda x=x, p=onednn: p(x), plain,
+               "PackedLinear (oneDNN)", "F.linear (MKL)")
+        yield (f"linear {what}, {rows} x {k} x {n}",
+               lambda x=x, p=mkl_pack, w=linear.weight, b=linear.bias: torch.ops.mkl._mkl_linear(x, p, w, b, rows),
+               plain, "MKL pack", "F.linear (MKL)")
 
 
 def cache_read_rows(rows: int = 64):
@@ -178,7 +202,8 @@ def main(argv=None) -> None:
     print(f"{'operation':<58} {'before':>22} {'us':>8} {'after':>26} {'us':>8} {'speed-up':>9}")
     rows = []
     with torch.no_grad():
-        cases = [*linear_rows(64), *linear_rows(320), *packed_rows(8), *packed_rows(64), *attention_rows(),
+        cases = [*linear_rows(64), *linear_rows(320), *plain_rows(), *packed_rows(8), *packed_rows(64),
+                 *attention_rows(),
                  *cache_read_rows(), *shared_prefix_row(), *selection_rows()]
         what, whole, suffixes, before_name, after_name, restore = reorder_row()
         baseline, _ = timed(restore, restore, args.repeats, args.inner)  # the copies that reset the cache

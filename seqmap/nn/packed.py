@@ -34,9 +34,10 @@ packing); until then, and above ``MKL_MAX_ROWS`` (where MKL's lead is small and 
 batches, whose sizes vary, re-packed too often to keep it), oneDNN's pack serves. At most
 ``MKL_ROW_COUNTS`` row counts keep a pack per slice (the least recently used is dropped). At
 most ``PLAIN_MAX_ROWS`` rows (greedy for one to three sentences: a server's requests) go
-through ``F.linear``: for so few rows MKL's sgemm reads the weight as it is as fast as its
-pack or faster, and both are 2x to 4x faster than oneDNN's pack there (``bench/decode_parts.py``);
-greedy for one sentence gained 1.09x (``bench/decode_switch.py plain``). On
+through ``F.linear``: for so few rows MKL's sgemm on the weight as it is runs about as fast
+as on its pack (0.86x to 1.34x per layer shape with hot caches, ``bench/decode_parts.py``) and
+1.3x to 3.9x as fast as oneDNN's pack; a whole greedy call for one sentence gained 1.08x, for
+three 1.06x (``bench/decode_switch.py plain``, paired in one process). On
 other CPUs (the AMD EPYC of docs/benchmarks.md, where oneDNN was measured) oneDNN serves
 all. ``SEQMAP_PACKED_LINEAR=onednn`` (or ``mkl``) in the environment overrides the choice,
 for measuring one against the other.
