@@ -5,6 +5,7 @@
     python bench/decode.py --json out.json  # also write the rows as JSON
     python bench/decode.py --profile        # profile seqmap's decoding instead of timing (torch.profiler)
     python bench/decode.py --profile hf     # the same for transformers' generate
+    python bench/decode.py --profile int8   # the same for seqmap --quantize int8
 
 One model, three runtimes (seqmap three times: as ``load_run`` gives it to translate, evaluate, generate and
 serve, with packed Linear weights (``seqmap.nn.packed``: MKL's packs on Intel CPUs, oneDNN's elsewhere;
@@ -422,8 +423,9 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="smoke test: 8 sentences, 16 new tokens, 2 repeats")
-    parser.add_argument("--profile", nargs="?", const="seqmap", choices=["seqmap", "hf"],
-                        help="profile seqmap's (or with 'hf' transformers') decoding instead of timing")
+    parser.add_argument("--profile", nargs="?", const="seqmap", choices=["seqmap", "hf", "int8"],
+                        help="profile seqmap's (with 'hf' transformers', with 'int8' seqmap --quantize int8) "
+                        "decoding instead of timing")
     parser.add_argument("--pack", choices=["auto", *BACKENDS], default="auto",
                         help=f"the library of seqmap's packed Linear weights (sets {BACKEND_VARIABLE}); "
                         "auto: this CPU's choice (seqmap.nn.packed)")
@@ -437,7 +439,7 @@ def main(argv=None) -> None:
     if args.pack != "auto":  # read by every runtime process (spawned with this environment)
         os.environ[BACKEND_VARIABLE] = args.pack
     if args.profile:
-        profile_runtime(args.profile, args, args.beams)
+        profile_runtime("seqmap_int8" if args.profile == "int8" else args.profile, args, args.beams)
         return
 
     import ctranslate2
