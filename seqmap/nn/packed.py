@@ -201,7 +201,7 @@ class PackedLinear(nn.Linear):
             rows = x.numel() // x.shape[-1] if x.dim() else 0
             if 0 < rows <= PLAIN_MAX_ROWS:
                 return _plain(x, weight, bias, start, stop, relu)
-            if rows <= MKL_MAX_ROWS:
+            if PLAIN_MAX_ROWS < rows <= MKL_MAX_ROWS:
                 pack = self._mkl_packs.get((start, stop, rows))
                 if pack is None or pack.versions != _versions(weight, bias):
                     pack = self._mkl_pack(start, stop, rows)

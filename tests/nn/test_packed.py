@@ -97,6 +97,10 @@ def test_with_mkl_a_few_rows_go_through_f_linear_without_any_pack(bias):
                     bias_rows = None if linear.bias is None else linear.bias[8:30]
                     assert torch.equal(linear_rows(packed, x, 8, 30), F.linear(x, linear.weight[8:30], bias_rows))
         assert not packed._packs and not packed._mkl_packs and not packed._calls
+        empty = torch.randn(0, 24)  # no rows: oneDNN's pack (as before MKL), never an MKL pack for 0 rows
+        for _ in range(MKL_AFTER_CALLS + 1):
+            assert packed(empty).shape == (0, 40)
+        assert set(packed._packs) == {(0, 40)} and not packed._mkl_packs and not packed._calls
         x = torch.randn(PLAIN_MAX_ROWS + 1, 24)  # one row more: oneDNN's pack first, then MKL's
         for _ in range(MKL_AFTER_CALLS):
             _close(packed(x), linear(x))
