@@ -152,20 +152,22 @@ class PackedLinear(nn.Linear):
         state.update(_packs={}, _mkl_packs=OrderedDict(), _calls={})
         return state
 
-    def _pack(self, start: int, stop: int) -> _Pack:
-        versions = _versions(self.weight, self.bias)
+    def _pack(self, start: int, stop: int, weight: Tensor, bias: Tensor | None) -> _Pack:
+        """oneDNN's pack of rows [start, stop) of ``weight``/``bias`` (this layer's own), packed again once
+        they change."""
+        versions = _versions(weight, bias)
         pack = self._packs.get((start, stop))
         if pack is None or pack.versions != versions:
-            weight = torch.ops.mkldnn._reorder_linear_weight(self.weight[start:stop].detach().contiguous())
-            bias = None if self.bias is None else self.bias[start:stop].detach()
-            pack = self._packs[(start, stop)] = _Pack(versions, weight, bias)
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight[start:stop].detach().contiguous())
+            pack = self._packs[(start, stop)] = _Pack(versions, packed,
+                                                      None if bias is None else bias[start:stop].detach())
         return pack
 
-    def _mkl_pack(self, start: int, stop: int, rows: int) -> _Pack | None:
+    def _mkl_pack(self, start: int, stop: int, rows: int, weight: Tensor, bias: Tensor | None) -> _Pack | None:
         """MKL's pack of rows [start, stop) for ``rows`` input rows; None until that row count has been
         called ``MKL_AFTER_CALLS`` times (see the module docstring)."""
         key = (start, stop, rows)
-        versions = _versions(self.weight, self.bias)
+        versions = _versions(weight, bias)
         pack = self._mkl_packs.get(key)
         if pack is not None and pack.versions == versions:
             self._mkl_packs.move_to_end(key)
@@ -176,10 +178,10 @@ class PackedLinear(nn.Linear):
                 self._calls = {key: calls}
             return None
         del self._calls[key]
-        weight = self.weight[start:stop].detach().contiguous()  # _mkl_linear keeps it for other row counts
-        bias = None if self.bias is None else self.bias[start:stop].detach().contiguous()
-        pack = self._mkl_packs[key] = _Pack(versions, torch.ops.mkl._mkl_reorder_linear_weight(weight, rows),
-                                            bias, weight)
+        plain = weight[start:stop].detach().contiguous()  # _mkl_linear keeps it for other row counts
+        pack = self._mkl_packs[key] = _Pack(versions, torch.ops.mkl._mkl_reorder_linear_weight(plain, rows),
+                                            None if bias is None else bias[start:stop].detach().contiguous(),
+                                            plain)
         same_slice = [k for k in self._mkl_packs if k[:2] == key[:2]]  # least recently used first
         for old in same_slice[:-MKL_ROW_COUNTS]:
             del self._mkl_packs[old]
@@ -201,14 +203,11 @@ class PackedLinear(nn.Linear):
             rows = x.numel() // x.shape[-1] if x.dim() else 0
             if 0 < rows <= PLAIN_MAX_ROWS:
                 return _plain(x, weight, bias, start, stop, relu)
-            if PLAIN_MAX_ROWS < rows <= MKL_MAX_ROWS:
-                pack = self._mkl_packs.get((start, stop, rows))
-                if pack is None or pack.versions != _versions(weight, bias):
-                    pack = self._mkl_pack(start, stop, rows)
-                if pack is not None:
-                    y = _MKL_LINEAR(x, pack.weight, pack.plain, pack.bias, rows)
-                    return y.relu_() if relu else y
-        pack = self._pack(start, stop)
+            if PLAIN_MAX_ROWS < rows <= MKL_MAX_ROWS \
+                    and (pack := self._mkl_pack(start, stop, rows, weight, bias)) is not None:
+                y = _MKL_LINEAR(x, pack.weight, pack.plain, pack.bias, rows)
+                return y.relu_() if relu else y
+        pack = self._pack(start, stop, weight, bias)
         return _ONEDNN_LINEAR(x, pack.weight, pack.bias, "relu" if relu else "none", [], "")
 
     def forward(self, x: Tensor) -> Tensor:

@@ -122,6 +122,22 @@ def test_at_most_mkl_row_counts_packs_are_kept_per_slice_the_least_recently_used
     assert not packed._mkl_packs and not packed._packs and not packed._calls
 
 
+@needs_mkl
+def test_a_row_count_in_use_keeps_its_pack_when_a_new_one_comes():
+    linear = nn.Linear(16, 8)
+    packed = PackedLinear(linear, "mkl")
+    counts = list(range(PLAIN_MAX_ROWS + 1, PLAIN_MAX_ROWS + 1 + MKL_ROW_COUNTS))
+    inputs = {rows: torch.randn(rows, 16) for rows in [*counts, counts[-1] + 1]}
+    with torch.no_grad():
+        for rows in counts:
+            for _ in range(MKL_AFTER_CALLS):
+                packed(inputs[rows])
+        _close(packed(inputs[counts[0]]), linear(inputs[counts[0]]))  # the oldest pack, used again
+        for _ in range(MKL_AFTER_CALLS):
+            packed(inputs[counts[-1] + 1])
+    assert [key[2] for key in packed._mkl_packs] == [*counts[2:], counts[0], counts[-1] + 1]
+
+
 def test_packing_backend_follows_the_cpu_and_the_environment(monkeypatch):
     monkeypatch.delenv("SEQMAP_PACKED_LINEAR", raising=False)
     monkeypatch.setattr(packed_module, "mkl_packing_available", lambda: True)
