@@ -238,8 +238,7 @@ def linear_rows(linear: nn.Module, x: Tensor, start: int, stop: int) -> Tensor:
     """Output rows [start, stop) of ``linear`` (an nn.Linear or PackedLinear) applied to x, without the others."""
     if isinstance(linear, PackedLinear):
         return linear.project(x, start, stop)
-    bias = None if linear.bias is None else linear.bias[start:stop]
-    return F.linear(x, linear.weight[start:stop], bias)
+    return _plain(x, linear.weight, linear.bias, start, stop, relu=False)
 
 
 def linear_relu(linear: nn.Module, x: Tensor) -> Tensor:
