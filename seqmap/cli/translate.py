@@ -26,6 +26,9 @@ def add_parser(commands) -> None:
     translate.add_argument("--align", action="store_true",
                            help="also print, per output token, the source token it attends to most")
     translate.add_argument("--align-layer", type=int, default=-1, help="layer whose heads --align averages")
+    translate.add_argument("--ct2", metavar="DIR",
+                           help="decode with this CTranslate2 export of the run (seqmap export ct2 RUN_DIR --out DIR); "
+                                "greedy outputs are seqmap's; --quantize int8 runs it in int8")
     translate.set_defaults(handler=cmd_translate)
 
 
@@ -46,6 +49,14 @@ def cmd_translate(args: argparse.Namespace) -> int:
     decode = decode_config(run, args)
     prefixes = None if args.prefix is None else [run.tgt_tok.encode(args.prefix)] * len(texts)
     sources = [truncate_source(run.src_tok.encode(t), run.cfg.data.max_src_len) for t in texts]
+    if args.ct2 is not None:
+        for given, option in ((args.nbest > 1, "--nbest"), (args.prefix is not None, "--prefix"),
+                              (args.sample, "--sample"), (args.align, "--align")):
+            if given:
+                raise UserError(f"{option} is not available with --ct2; leave out --ct2 to decode with seqmap")
+        for output in _translate_ct2(run, args, sources, decode):
+            print(run.tgt_tok.decode(output))
+        return 0
     try:
         nbest = translate_nbest(run.model, sources, decode, n_best=args.nbest, prefixes=prefixes,
                                 sample=args.sample, seed=args.seed, device=run.device,
@@ -61,6 +72,22 @@ def cmd_translate(args: argparse.Namespace) -> int:
         if args.align:
             _print_alignment(run, text, entries[0].output, args.align_layer)
     return 0
+
+
+def _translate_ct2(run, args: argparse.Namespace, sources: list[list[int]], decode) -> list[list[int]]:
+    import torch
+
+    from seqmap.hub import HubError
+    from seqmap.hub.ct2 import load_translator, translate_ct2
+
+    if run.cfg.model.family != "transformer":
+        raise UserError(f"--ct2 decodes Transformer runs; {args.run_dir} is model.family={run.cfg.model.family}")
+    compute_type = "int8" if args.quantize == "int8" else "default"
+    try:
+        translator = load_translator(args.ct2, threads=torch.get_num_threads(), compute_type=compute_type)
+        return translate_ct2(translator, run.src_tok, run.tgt_tok, sources, decode)
+    except HubError as e:
+        raise UserError(str(e)) from None
 
 
 def _read_inputs(args: argparse.Namespace) -> list[str]:

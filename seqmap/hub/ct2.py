@@ -1,65 +1,75 @@
-"""``seqmap export ct2 RUN_DIR --out DIR``: a run as a CTranslate2 model, for deployment.
+"""``seqmap export ct2 RUN_DIR --out DIR``: a run as a CTranslate2 model, for deployment at CTranslate2's speed.
 
-The run is exported in the ``transformers`` format first (``seqmap.hub.export``: GPT-2 or MarianMT), into a
-temporary directory, and CTranslate2's own converter (``ctranslate2.converters.TransformersConverter``) turns
-that into ``DIR``. Load it with ``ctranslate2.Translator`` (a translation run) or ``ctranslate2.Generator`` (a
-language model); both take token strings, which the exported tokenizer gives
-(``AutoTokenizer.from_pretrained`` on the hf export, or the run's own tokenizer).
+Two routes, one per kind of run:
 
-CTranslate2's MarianMT reading makes two assumptions, which this module checks before converting:
+* **A seqmap-trained Transformer** (``family: transformer`` with seqmap's own tokenizer) is written straight
+  into CTranslate2's model specification (``ctranslate2.specs.TransformerSpec``: its public API for
+  converters), weight by weight: pre- or post-LN, LayerNorm or RMSNorm with the run's epsilon, sinusoidal
+  (either column layout) or learned positions as an explicit table, the run's embedding scale, relu, gelu,
+  gelu_tanh or silu, shared or separate vocabularies, a tied or separate output layer and its bias. The
+  vocabulary is the tokenizer's pieces in id order, so ids stay seqmap's (0 PAD, 1 BOS = the decoder
+  start, 2 EOS, 3 UNK). ``translate_ct2`` decodes with it as ``seqmap translate`` decodes with the run
+  (the same length limit per sentence, PAD, BOS and UNK never generated): ``seqmap translate RUN --ct2 DIR``.
+* **Anything else** (an imported MarianMT, a decoder-only LM) is exported in the ``transformers`` format
+  first (``seqmap.hub.export``: GPT-2 or MarianMT), into a temporary directory, and CTranslate2's own
+  converter (``ctranslate2.converters.TransformersConverter``) turns that into ``DIR``. CTranslate2's
+  MarianMT reading assumes that the pad token is the vocabulary's last id and that the decoder starts from
+  a zero embedding; both hold for an imported OPUS-MT model, and are checked.
 
-* the pad token is the last id of the vocabulary (it is dropped, as in Marian's own vocabulary);
-* the decoder starts from a zero embedding (Marian's pad row).
-
-Both hold for an imported OPUS-MT model; a seqmap-trained Transformer (PAD is id 0, decoding starts from a
-trained BOS embedding) breaks them, and is refused in one line, as is a run whose tokenizer is not written in
-a form ``transformers`` loads. ``ctranslate2`` comes with the ``ct2`` extra (``pip install -e ".[ct2]"``).
+Load the result with ``ctranslate2.Translator`` (a translation run) or ``ctranslate2.Generator`` (a language
+model); both take token strings: the run's tokenizer's ``pieces``. Options CTranslate2 has no equivalent for
+are refused in one line naming them. ``ctranslate2`` comes with the ``ct2`` extra (``pip install -e ".[ct2]"``).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+from torch import Tensor
+
+from seqmap.config import DecodeConfig, ModelConfig
 from seqmap.data.hf_tokenizer import HFTokenizer
-from seqmap.data.tokenizer_base import BOS
+from seqmap.data.tokenizer_base import BOS, EOS, NEVER_GENERATED, UNK
 from seqmap.hub.export import export_hf
 from seqmap.hub.source import HubError
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+# seqmap's feed-forward activations and CTranslate2's names for them (ctranslate2.specs.Activation)
+_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "silu": "SWISH"}
 
 
-def _ct2_compatible(run) -> str | None:
-    """Why CTranslate2's converter would not reproduce this run (None when it would)."""
-    tok = run.tgt_tok
-    if run.cfg.model.family == "transformer":
-        if not isinstance(tok, HFTokenizer) or tok.roles.get("pad") != tok.hf_vocab - 1:
-            return ("CTranslate2 reads a MarianMT model's last token as its pad token and drops it, but this run's "
-                    "pad token is not last (a seqmap-trained Transformer: PAD is id 0)")
-        if bool(run.model.state_dict()["decoder.embedding.table.weight"][BOS].abs().max() > 0):
-            return ("CTranslate2 starts a MarianMT decoder from a zero embedding, but this run's start (BOS) "
-                    "embedding is not zero (it was trained or fine-tuned in seqmap)")
-    elif tok.kind not in ("char", "word", "hf"):
-        return f"its {tok.kind} tokenizer is not exported in a form transformers loads (tokenizer.json)"
-    return None
+def _ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise HubError("CTranslate2 is not installed: pip install -e \".[ct2]\"") from None
+    return ctranslate2
 
 
 def export_ct2(run, out_dir: str | os.PathLike, quantization: str | None = None) -> Path:
     """Write the run as a CTranslate2 model directory; returns ``out_dir``."""
-    try:
-        from ctranslate2.converters import TransformersConverter
-    except ImportError:
-        raise HubError("seqmap export ct2 needs ctranslate2: pip install -e \".[ct2]\"") from None
+    _ctranslate2()
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise HubError(f"--quantization {quantization!r} is not one of CTranslate2's: {', '.join(QUANTIZATIONS)}")
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise HubError(f"{out} exists and is not empty; choose another --out directory")
-    if run.cfg.model.family in ("transformer", "lm"):
-        why = _ct2_compatible(run)
-        if why is not None:
-            raise HubError(f"{run.checkpoint}: {why}; export it with seqmap export hf instead")
+    if run.cfg.model.family == "transformer" and not isinstance(run.tgt_tok, HFTokenizer):
+        spec = transformer_spec(run)
+        spec.validate()
+        spec.optimize(quantization=quantization)
+        out.mkdir(parents=True, exist_ok=True)
+        spec.save(str(out))
+        return out
+    why = _marian_readable(run)
+    if why is not None:
+        raise HubError(f"{run.checkpoint}: {why}; export it with seqmap export hf instead")
+    from ctranslate2.converters import TransformersConverter
+
     with tempfile.TemporaryDirectory() as tmp:
         export_hf(run, tmp)  # refuses families and options with no transformers equivalent, in one line
         try:
@@ -68,3 +78,162 @@ def export_ct2(run, out_dir: str | os.PathLike, quantization: str | None = None)
             raise HubError(f"CTranslate2's converter refused {run.checkpoint}: {' '.join(str(e).split())[:200]}"
                            ) from None
     return out
+
+
+def _marian_readable(run) -> str | None:
+    """Why CTranslate2's MarianMT converter would not reproduce this imported run (None when it would)."""
+    tok = run.tgt_tok
+    if run.cfg.model.family == "transformer":
+        if tok.roles.get("pad") != tok.hf_vocab - 1:
+            return ("CTranslate2 reads a MarianMT model's last token as its pad token and drops it, but this run's "
+                    "pad token is not last")
+        if bool(run.model.state_dict()["decoder.embedding.table.weight"][BOS].abs().max() > 0):
+            return ("CTranslate2 starts a MarianMT decoder from a zero embedding, but this run's start (BOS) "
+                    "embedding is not zero (it was fine-tuned in seqmap)")
+    elif run.cfg.model.family == "lm" and tok.kind not in ("char", "word", "hf"):
+        return f"its {tok.kind} tokenizer is not exported in a form transformers loads (tokenizer.json)"
+    return None
+
+
+# -- a seqmap-trained Transformer, straight into CTranslate2's specification ----------------------------
+
+
+def _spec_compatible(m: ModelConfig) -> str | None:
+    """Why a seqmap Transformer has no CTranslate2 equivalent (None when it has one)."""
+    if m.positional not in ("sinusoidal", "learned"):
+        return (f"model.positional={m.positional!r} (CTranslate2's encoder-decoder Transformer adds absolute "
+                "positions: sinusoidal or learned)")
+    if m.activation not in _ACTIVATIONS:
+        return f"model.activation={m.activation!r} (CTranslate2 takes {', '.join(_ACTIVATIONS)} here)"
+    if m.n_kv_heads not in (None, m.n_heads):
+        return f"model.n_kv_heads={m.n_kv_heads} (exported with one key/value head per query head only)"
+    if m.copy:
+        return "model.copy=true (CTranslate2 has no pointer-generator copy head)"
+    return None
+
+
+def _vocabulary(tok, side: str) -> list[str]:
+    """The tokenizer's pieces in id order; CTranslate2 maps token strings to ids, so they must be distinct."""
+    pieces = tok.pieces(range(tok.vocab_size))
+    if len(set(pieces)) != len(pieces):
+        seen: set[str] = set()
+        twice = next(p for p in pieces if p in seen or seen.add(p))
+        raise HubError(f"the {side} tokenizer ({tok.kind}) names two ids {twice!r}; CTranslate2 needs distinct "
+                       "token strings")
+    return pieces
+
+
+def _positions(positional, rows: int, d_model: int) -> Tensor:
+    """The (rows, D) table a positional module adds to the embeddings at positions 0..rows-1."""
+    with torch.no_grad():
+        return positional.embed(torch.zeros(1, rows, d_model)).squeeze(0)
+
+
+def transformer_spec(run):
+    """A seqmap-trained Transformer as a ``ctranslate2.specs.TransformerSpec`` (not yet validated or saved)."""
+    from ctranslate2.specs import Activation, TransformerSpec
+
+    m = run.cfg.model
+    why = _spec_compatible(m)
+    if why is not None:
+        raise HubError(f"{run.checkpoint}: {why}; this model has no CTranslate2 equivalent")
+    src_tokens, tgt_tokens = _vocabulary(run.src_tok, "source"), _vocabulary(run.tgt_tok, "target")
+    pre = m.norm_position == "pre"
+    spec = TransformerSpec.from_config((m.enc_layers, m.dec_layers), m.n_heads, pre_norm=pre,
+                                       activation=getattr(Activation, _ACTIVATIONS[m.activation]),
+                                       rms_norm=m.norm == "rmsnorm")
+    sd = {k: v.detach().float().contiguous() for k, v in run.model.state_dict().items()}
+    model = run.model
+
+    def linear(dst, prefix: str, rows: slice = slice(None)) -> None:
+        dst.weight = sd[f"{prefix}.weight"][rows].contiguous()
+        if f"{prefix}.bias" in sd:
+            dst.bias = sd[f"{prefix}.bias"][rows].contiguous()
+
+    def norm(dst, prefix: str) -> None:
+        dst.gamma = sd[f"{prefix}.weight"]
+        if f"{prefix}.bias" in sd:  # RMSNorm has none
+            dst.beta = sd[f"{prefix}.bias"]
+
+    def attention(dst, prefix: str, cross: bool) -> None:
+        if cross:  # CTranslate2: queries, then keys and values fused, then the output
+            d = m.d_model
+            linear(dst.linear[0], f"{prefix}.in_proj", slice(0, d))
+            linear(dst.linear[1], f"{prefix}.in_proj", slice(d, 3 * d))
+        else:
+            linear(dst.linear[0], f"{prefix}.in_proj")
+        linear(dst.linear[-1], f"{prefix}.out_proj")
+
+    max_positions = m.max_len
+    for side, stack, layers in (("encoder", spec.encoder, m.enc_layers), ("decoder", spec.decoder, m.dec_layers)):
+        ours = getattr(model, side)
+        embeddings = stack.embeddings[0] if side == "encoder" else stack.embeddings
+        embeddings.weight = sd[f"{side}.embedding.table.weight"]
+        stack.scale_embeddings = float(ours.embedding.scale)
+        stack.position_encodings.encodings = _positions(ours.positional, max_positions, m.d_model)
+        if pre:
+            norm(stack.layer_norm, f"{side}.final_norm")
+        for i in range(layers):
+            layer, p = stack.layer[i], f"{side}.layers.{i}"
+            attention(layer.self_attention, f"{p}.self_attn", cross=False)
+            norm(layer.self_attention.layer_norm, f"{p}.norm1")
+            if side == "decoder":
+                attention(layer.attention, f"{p}.cross_attn", cross=True)
+                norm(layer.attention.layer_norm, f"{p}.norm2")
+            linear(layer.ffn.linear_0, f"{p}.ff.w1")
+            linear(layer.ffn.linear_1, f"{p}.ff.w2")
+            norm(layer.ffn.layer_norm, f"{p}.norm3" if side == "decoder" else f"{p}.norm2")
+    spec.decoder.projection.weight = sd["decoder.output.weight"]
+    if m.output_bias:
+        spec.decoder.projection.bias = sd["decoder.output.bias"]
+    spec.config.layer_norm_epsilon = m.norm_eps
+    pieces = run.tgt_tok.pieces([BOS, EOS, UNK])
+    spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = pieces
+    spec.config.decoder_start_token = pieces[0]
+    spec.register_source_vocabulary(src_tokens)
+    spec.register_target_vocabulary(tgt_tokens)
+    return spec
+
+
+# -- decoding with an exported run ----------------------------------------------------------------------
+
+
+def load_translator(ct2_dir: str | os.PathLike, threads: int = 0, compute_type: str = "default"):
+    """``ctranslate2.Translator`` on the CPU for a directory ``export_ct2`` wrote; one line when it is not one."""
+    ctranslate2 = _ctranslate2()
+    path = Path(ct2_dir)
+    if not (path / "model.bin").is_file():
+        raise HubError(f"{path} holds no CTranslate2 model (no model.bin); write one with "
+                       "seqmap export ct2 RUN_DIR --out DIR")
+    return ctranslate2.Translator(str(path), device="cpu", compute_type=compute_type, intra_threads=threads,
+                                  inter_threads=1)
+
+
+def translate_ct2(translator, src_tok, tgt_tok, sources: Sequence[Sequence[int]],
+                  decode: DecodeConfig) -> list[list[int]]:
+    """Source ids -> output ids (no EOS), decoded by CTranslate2 as ``translate_ids`` decodes with the run.
+
+    As seqmap: a sentence of S tokens gets at most ``max_len_a * S + max_len_b`` tokens (EOS included);
+    PAD, BOS and UNK are never generated; batches are cut at
+    ``decode.max_tokens`` source tokens times beams (CTranslate2 sorts the sentences by length first).
+    CTranslate2 takes one length limit per call, the longest of all; each output is then cut at its own
+    sentence's limit, which is exact for greedy decoding (a row's tokens do not depend on its limit
+    until it is reached). Beam search ranks finished hypotheses by CTranslate2's rule (score / length **
+    ``length_penalty``, stopping when the best is finished), not seqmap's GNMT one, so beam outputs can
+    differ from seqmap's on some sentences (and on those that reach their limit). An empty source gives an
+    empty output (CTranslate2 does not decode it; seqmap decodes a source of one EOS).
+    """
+    if decode.no_repeat_ngram:
+        raise HubError("--decode.no_repeat_ngram is not passed to CTranslate2; decode with seqmap instead")
+    if not sources:
+        return []
+    ids_of = {piece: i for i, piece in enumerate(tgt_tok.pieces(range(tgt_tok.vocab_size)))}
+    suppressed = [[piece] for piece in tgt_tok.pieces([t for t in NEVER_GENERATED if t != UNK])]
+    rows = [list(s) for s in sources]
+    limits = [max(1, int(decode.max_len_a * max(len(s), 1) + decode.max_len_b)) for s in rows]
+    results = translator.translate_batch(
+        [src_tok.pieces(r) for r in rows], beam_size=decode.beam_size, length_penalty=decode.length_penalty,
+        max_decoding_length=max(limits), disable_unk=True, suppress_sequences=suppressed,
+        max_batch_size=max(1, decode.max_tokens // decode.beam_size), batch_type="tokens")
+    return [[ids_of[piece] for piece in result.hypotheses[0][:limit]]
+            for result, limit in zip(results, limits, strict=True)]

@@ -1,5 +1,7 @@
-"""``seqmap export ct2``: the hf export handed to CTranslate2's converter; its Translator and Generator decode
-greedily as seqmap does (a tiny imported Marian and GPT-2), and runs CTranslate2 would misread are refused."""
+"""``seqmap export ct2``: a seqmap-trained Transformer written straight into CTranslate2's specification scores
+and decodes as seqmap does (several architectures, ``translate_ct2``, ``seqmap translate --ct2``); an imported
+Marian and GPT-2 go through the hf export and CTranslate2's converter; what CTranslate2 cannot express is
+refused in one line."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ pytest.importorskip("sentencepiece")
 from seqmap.config import DecodeConfig  # noqa: E402
 from seqmap.decoding.text import generate_nbest, lm_prompt, translate_ids  # noqa: E402
 from seqmap.hub import HubError, import_hf  # noqa: E402
-from seqmap.hub.ct2 import export_ct2  # noqa: E402
+from seqmap.hub.ct2 import export_ct2, load_translator, translate_ct2  # noqa: E402
 from seqmap.runs import load_run  # noqa: E402
 
 from .test_gpt2 import tiny_gpt2  # noqa: E402
@@ -59,13 +61,91 @@ def test_a_gpt2_generates_greedily_as_seqmap_does(tmp_path):
         assert n >= 5 and run.tgt_tok.pieces(ours)[:n] == theirs[:n], prompt
 
 
-def test_runs_ctranslate2_would_misread_are_refused_in_one_line(tmp_path):
+def _scores(run, src: list[int], tgt: list[int]) -> torch.Tensor:
+    """seqmap's log-probability of each target token (EOS appended), given the source."""
+    inputs = torch.tensor([[1, *tgt]])  # BOS first
+    with torch.no_grad():
+        logits = run.model(torch.tensor([src]), None, inputs)
+    return torch.log_softmax(logits[0], -1).gather(1, torch.tensor([*tgt, 2])[:, None]).squeeze(1)
+
+
+ARCHITECTURES = {  # each a trained toy run: what the direct export must carry over
+    "post-LN, split sines, silu, output bias": {},
+    "pre-LN, interleaved sines, relu, RMSNorm": {"norm_position": "pre", "sinusoidal_layout": "interleaved",
+                                                  "activation": "relu", "norm": "rmsnorm", "output_bias": False},
+    "learned positions, gelu, separate tables, unscaled": {
+        "positional": "learned", "max_len": 160, "activation": "gelu", "share_vocab": False,
+        "tie_embeddings": False, "scale_embeddings": False, "norm_position": "pre", "norm_eps": 1e-6},
+}
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_a_seqmap_trained_transformer_scores_and_decodes_as_in_seqmap(tmp_path, name):
+    run = _trained(tmp_path, **ARCHITECTURES[name])
+    export_ct2(run, tmp_path / "ct2")
+    translator = load_translator(tmp_path / "ct2", threads=1)
+    texts = ["a b c", "b c d", "c a b", "d d a b c", "a"]
+    sources = [run.src_tok.encode(t) for t in texts]
+    for src, text in zip(sources, texts):  # every weight in its place: per-token log-probabilities agree
+        tgt = run.tgt_tok.encode("c b a d")
+        theirs = translator.score_batch([run.src_tok.pieces(src)], [run.tgt_tok.pieces(tgt)])[0].log_probs
+        torch.testing.assert_close(torch.tensor(theirs), _scores(run, src, tgt), rtol=0, atol=2e-4, msg=text)
+    decode = DecodeConfig(max_len_a=1.0, max_len_b=3)
+    assert translate_ct2(translator, run.src_tok, run.tgt_tok, sources, decode) == \
+        translate_ids(run.model, sources, decode)
+    # beam search ranks by CTranslate2's rule, so only its constraints are seqmap's: no PAD, BOS, UNK; the limits
+    beam = translate_ct2(translator, run.src_tok, run.tgt_tok, sources,
+                         DecodeConfig(beam_size=3, max_len_a=0.0, max_len_b=2))
+    assert all(len(o) <= 2 and 4 <= min(o, default=4) for o in beam) and any(beam)
+
+
+def test_greedy_outputs_stop_at_each_sentences_own_limit(tmp_path):
     run = _trained(tmp_path)
-    with pytest.raises(HubError, match="pad token is not last .* export it with seqmap export hf instead"):
-        export_ct2(run, tmp_path / "ct2")
+    export_ct2(run, tmp_path / "ct2")
+    translator = load_translator(tmp_path / "ct2", threads=1)
+    sources = [run.src_tok.encode(t) for t in ["a b c", "a", "d d a b c"]]
+    for a, b in ((0.0, 1), (0.0, 2), (1.0, 0), (0.5, 1)):  # limits of 1 or 2 tokens cut most outputs short
+        decode = DecodeConfig(max_len_a=a, max_len_b=b)
+        ours = translate_ids(run.model, sources, decode)
+        assert translate_ct2(translator, run.src_tok, run.tgt_tok, sources, decode) == ours, (a, b)
+        assert any(len(o) == max(1, int(a * len(s) + b)) for o, s in zip(ours, sources))  # a cut happened
+    assert translate_ct2(translator, run.src_tok, run.tgt_tok, [[], sources[0]], DecodeConfig()) == \
+        [[], translate_ids(run.model, sources[:1], DecodeConfig())[0]]  # empty in, empty out
+
+
+def test_seqmap_translate_decodes_with_an_export(tmp_path, capsys):
+    from seqmap.cli import main
+
+    run = _trained(tmp_path)
+    assert main(["export", "ct2", str(tmp_path / "run"), "--out", str(tmp_path / "ct2")]) == 0
+    assert "for CTranslate2" in capsys.readouterr().out
+    texts = ["a b c", "c a b", "b c d"]
+    assert main(["translate", str(tmp_path / "run"), *texts]) == 0
+    ours = capsys.readouterr().out
+    assert main(["translate", str(tmp_path / "run"), *texts, "--ct2", str(tmp_path / "ct2"), "--threads", "1"]) == 0
+    assert capsys.readouterr().out == ours
+    assert ours.splitlines() == [run.tgt_tok.decode(o) for o in translate_ids(run.model, [
+        run.src_tok.encode(t) for t in texts], run.cfg.decode)]
+    assert main(["translate", str(tmp_path / "run"), "a b", "--ct2", str(tmp_path / "ct2"), "--quantize", "int8"]) == 0
+    assert capsys.readouterr().out.strip()  # an int8 translation comes out (its tokens may differ)
+    assert main(["translate", str(tmp_path / "run"), "a b", "--ct2", str(tmp_path / "ct2"), "--nbest", "2",
+                 "--decode.beam_size", "2"]) == 2
+    assert "--nbest is not available with --ct2" in capsys.readouterr().err
+    assert main(["translate", str(tmp_path / "run"), "a b", "--ct2", str(tmp_path)]) == 2
+    assert "holds no CTranslate2 model (no model.bin); write one with seqmap export ct2" in capsys.readouterr().err
+
+
+def test_what_ctranslate2_cannot_express_is_refused_in_one_line(tmp_path):
+    run = _trained(tmp_path)
     with pytest.raises(HubError, match="--quantization 'int3' is not one of CTranslate2's"):
         export_ct2(run, tmp_path / "ct2", quantization="int3")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(HubError, match="exists and is not empty"):
         export_ct2(run, tmp_path / "full")
+    with pytest.raises(HubError, match="no_repeat_ngram is not passed to CTranslate2"):
+        translate_ct2(None, run.src_tok, run.tgt_tok, [[4]], DecodeConfig(no_repeat_ngram=2))
+    (tmp_path / "rope").mkdir()
+    rope = _trained(tmp_path / "rope", positional="rope")
+    with pytest.raises(HubError, match=r"model.positional='rope' \(CTranslate2's encoder-decoder .* no CTranslate2"):
+        export_ct2(rope, tmp_path / "ct2")
