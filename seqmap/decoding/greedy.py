@@ -50,6 +50,12 @@ class GreedyResult(NamedTuple):
     attention: Tensor | None = None
 
 
+# Greedy decoding drops finished rows from the batch (its memory and decoder state: ``state.reorder``) once
+# at least 1 / DROP_FINISHED_AT of the rows have finished: each later step then computes only live rows
+# (CTranslate2 does the same). Sentences of a test set end at different steps; with every row kept, a
+# batch computes its longest output's steps for all of its rows. docs/benchmarks.md, issue 18.
+DROP_FINISHED_AT = 4
+
 Choose = Callable[[Tensor], tuple[Tensor, Tensor]]  # log-probs (B, V) -> (tokens (B,), their log-probs (B,))
 
 
@@ -292,7 +298,12 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
     history = None  # (B, P + step) what each row has read and generated, for no_repeat_ngram
     if no_repeat_ngram:
         history = left_padded(prompt) if ragged else step_input
-    out, attention = [], []
+    out, attention = [], []  # per step, over the rows live at that step
+    rows = torch.arange(batch, device=device)  # the input row of each live row
+    segments = [(0, rows)]  # (first step, rows): the live rows change only where rows are dropped
+    totals = torch.zeros(batch, device=device) if scores else None  # each input row's, once dropped or done
+    all_lengths = torch.zeros(batch, dtype=torch.long, device=device)
+    compact = choose is pick_best  # sampling keeps its rows, and so its random draws, as they were
     for step in range(int(limits.max())):
         if choose is pick_best:
             best, best_score = greedy_step(logits, banned, history, no_repeat_ngram, scores)  # (B,), (B,) or None
@@ -313,5 +324,44 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
         finished |= (best == eos) | (limits <= step + 1)
         if bool(finished.all()):
             break
+        if compact and int(finished.sum()) * DROP_FINISHED_AT >= finished.numel():
+            live = (~finished).nonzero().squeeze(1)  # drop the finished rows from the batch
+            all_lengths.index_copy_(0, rows, lengths)
+            if total is not None:
+                totals.index_copy_(0, rows, total)
+                total = total.index_select(0, live)
+            lengths, limits, finished, best, rows = (t.index_select(0, live)
+                                                     for t in (lengths, limits, finished, best, rows))
+            if history is not None:
+                history = history.index_select(0, live)
+            memory = memory.index_select(live)
+            state.reorder(live)
+            segments.append((step + 1, rows))
         logits, state, attn = model.decode_step(best[:, None], memory, state, need_attention=need_attention)
-    return GreedyResult(torch.stack(out, dim=1), total, lengths, stack_steps(attention) if attention else None)
+    all_lengths.index_copy_(0, rows, lengths)
+    if total is not None:
+        totals.index_copy_(0, rows, total)
+    return GreedyResult(by_input_row(out, segments, batch, pad), totals, all_lengths,
+                        stack_steps(by_input_row_steps(attention, segments, batch)) if attention else None)
+
+
+def by_input_row(steps: list[Tensor], segments: list[tuple[int, Tensor]], batch: int, fill: int) -> Tensor:
+    """Per-step (B_live,) tokens -> (B, N) by input row, ``fill`` where a row was no longer in the batch."""
+    if len(segments) == 1:
+        return torch.stack(steps, dim=1)
+    tokens = steps[0].new_full((batch, len(steps)), fill)
+    for (start, rows), (end, _) in zip(segments, [*segments[1:], (len(steps), None)]):
+        if start < end:
+            tokens[rows, start:end] = torch.stack(steps[start:end], dim=1)
+    return tokens
+
+
+def by_input_row_steps(steps: list[Tensor], segments: list[tuple[int, Tensor]], batch: int) -> list[Tensor]:
+    """Per-step (B_live, ...) attention -> per-step (B, ...), zero for rows no longer in the batch."""
+    if len(segments) == 1:
+        return steps
+    full = []
+    for (start, rows), (end, _) in zip(segments, [*segments[1:], (len(steps), None)]):
+        for a in steps[start:end]:
+            full.append(a.new_zeros(batch, *a.shape[1:]).index_copy_(0, rows, a))
+    return full

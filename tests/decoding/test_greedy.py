@@ -130,3 +130,46 @@ def test_scores_false_is_for_greedy_only():
     with pytest.raises(ValueError, match="scores=False is for greedy"):
         decode_loop(FixedLogits(torch.zeros(1, V)), *_src(1), bos=BOS, eos=EOS, max_len=2,
                     choose=sampling_choice(1.0, 0, 1.0, None), scores=False)
+
+
+class CountingRows:
+    """Passes the protocol through and records how many rows each decode step computed."""
+
+    def __init__(self, model):
+        self.model, self.rows = model, []
+
+    def encode(self, src, src_mask):
+        return self.model.encode(src, src_mask)
+
+    def decode_step(self, tokens, memory, state=None, *, need_attention=False):
+        self.rows.append(tokens.size(0))
+        return self.model.decode_step(tokens, memory, state, need_attention=need_attention)
+
+
+@pytest.mark.parametrize("no_repeat_ngram", [0, 2])
+def test_finished_rows_leave_the_batch_and_every_row_decodes_as_alone(trained_reverse_toy, no_repeat_ngram):
+    from seqmap.decoding.greedy import DROP_FINISHED_AT
+
+    model, task = trained_reverse_toy
+    batch = next(iter(task.batches(1, 12, seed=5)))  # sources of 2 to 6 symbols: outputs end at different steps
+    spy = CountingRows(model)
+    kw = dict(bos=BOS, eos=EOS, max_len=8, need_attention=True, no_repeat_ngram=no_repeat_ngram)
+    out = greedy(spy, batch.src, batch.src_mask, **kw)
+    assert spy.rows[0] == 12 and spy.rows[-1] < 12  # rows were dropped ...
+    assert all(a >= b for a, b in zip(spy.rows, spy.rows[1:]))
+    assert len(set(spy.rows)) > 2  # ... more than once
+    lengths = out.lengths.tolist()
+    for before, after in zip(spy.rows, spy.rows[1:]):  # ... never before a quarter of the batch had finished
+        assert before == after or (before - after) * DROP_FINISHED_AT >= before
+    for b in range(12):
+        n, s = lengths[b], int(batch.src_mask[b].sum())
+        alone = greedy(model, batch.src[b : b + 1, :s], batch.src_mask[b : b + 1, :s], **kw)
+        assert out.tokens[b, :n].tolist() == alone.tokens[0, :n].tolist() and lengths[b] == int(alone.lengths[0])
+        assert out.tokens[b, n:].eq(PAD).all()
+        torch.testing.assert_close(out.scores[b], alone.scores[0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(out.attention[b, :, :, :n, :s], alone.attention[0, :, :, :n], rtol=0, atol=1e-5)
+        assert out.attention[b, :, :, n:].eq(0).all() and out.attention[b, ..., s:].eq(0).all()
+    without_scores = greedy(model, batch.src, batch.src_mask, bos=BOS, eos=EOS, max_len=8, scores=False,
+                            no_repeat_ngram=no_repeat_ngram)
+    assert torch.equal(without_scores.tokens, out.tokens) and without_scores.scores is None
+    assert torch.equal(without_scores.lengths, out.lengths)
