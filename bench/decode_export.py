@@ -17,6 +17,8 @@ one call each (a server answering one request at a time). Each runtime runs in i
 gives the median call time as output tokens per second (EOS counted) and "paired", the median over
 rounds of the ratio within a round. BLEU (sacrebleu, detokenized outputs of the batch call against
 ``--ref``) and the share of sentences with the same output as seqmap float32 come with each row.
+``--keep-finished`` adds seqmap with greedy's finished rows kept in the batch until all have finished
+(``seqmap.decoding.greedy.DROP_FINISHED_AT`` out of reach), for the paired gain of dropping them.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from seqmap.config import from_dict, to_dict  # noqa: E402
 from seqmap.data.corpus import read_lines  # noqa: E402
 from seqmap.data.pipeline import truncate_source  # noqa: E402
 from seqmap.decoding.text import translate_ids  # noqa: E402
+
+greedy_module = sys.modules["seqmap.decoding.greedy"]  # the module (``seqmap.decoding.greedy`` names the function)
 from seqmap.hub.ct2 import export_ct2, load_translator, translate_ct2  # noqa: E402
 from seqmap.runs import load_run  # noqa: E402
 
@@ -50,6 +54,8 @@ CALLS = ("batch", "single")
 def make_runner(runtime: str, args):
     """Build one runtime in its process; return ``decode(beam, call) -> outputs`` (one list of ids per sentence)."""
     torch.set_num_threads(args.threads)
+    if runtime == "seqmap_keep":  # greedy keeps finished rows in the batch, as before issue 18's eighth part
+        greedy_module.DROP_FINISHED_AT = 10**9
     int8 = runtime.endswith("_int8")
     run = load_run(args.run, quantize="int8" if int8 and runtime.startswith("seqmap") else None)
     texts = read_lines(args.src, "--src")[: args.sentences or None]
@@ -122,6 +128,8 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--int8", action="store_true", help="also seqmap --quantize int8 and CTranslate2 int8")
+    p.add_argument("--keep-finished", action="store_true",
+                   help="also seqmap with greedy's finished rows kept in the batch (seqmap_keep)")
     p.add_argument("--quick", action="store_true", help="40 sentences, 10 single, 2 repeats")
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args(argv)
@@ -133,7 +141,8 @@ def main(argv=None) -> None:
         if args.ct2 is None:
             args.ct2 = str(Path(tmp) / "ct2")
             export_ct2(load_run(args.run, pack=False), args.ct2)
-        names = ["seqmap", "ct2", *(("seqmap_int8", "ct2_int8") if args.int8 else ())]
+        names = ["seqmap", "ct2", *(("seqmap_int8", "ct2_int8") if args.int8 else ()),
+                 *(("seqmap_keep",) if args.keep_finished else ())]
         runtimes = Runtimes(names, args)
         tgt_tok = load_run(args.run, pack=False).tgt_tok
         refs = read_lines(args.ref, "--ref")[: args.sentences or None]

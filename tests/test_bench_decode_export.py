@@ -22,14 +22,15 @@ def test_decode_export_bench_writes_its_rows_and_greedy_agrees(tmp_path):
     (tmp_path / "ref.txt").write_text("c b a\nd c b\nb a c\nc b a d d\na\n")
     out = tmp_path / "rows.json"
     args = ["--run", tmp_path / "run", "--src", tmp_path / "src.txt", "--ref", tmp_path / "ref.txt", "--threads", 1,
-            "--beams", 1, 2, "--single", 2, "--repeats", 1, "--warmup", 0, "--json", out]
+            "--beams", 1, 2, "--single", 2, "--repeats", 1, "--warmup", 0, "--keep-finished", "--json", out]
     done = subprocess.run([sys.executable, str(BENCH), *map(str, args)], capture_output=True, text=True,
                           timeout=300)  # its runtimes are spawned processes: run it as a user does
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
     assert [(r["call"], r["beam"], r["runtime"]) for r in rows] == [
-        (call, beam, runtime) for call in ("batch", "single") for beam in (1, 2) for runtime in ("seqmap", "ct2")]
+        (call, beam, runtime) for call in ("batch", "single") for beam in (1, 2) for runtime in ("seqmap", "ct2", "seqmap_keep")]
     greedy = {r["runtime"]: r for r in rows if r["call"] == "batch" and r["beam"] == 1}
-    assert greedy["ct2"]["same_as_seqmap"] == 1.0 and greedy["ct2"]["bleu"] == greedy["seqmap"]["bleu"]
+    for other in ("ct2", "seqmap_keep"):
+        assert greedy[other]["same_as_seqmap"] == 1.0 and greedy[other]["bleu"] == greedy["seqmap"]["bleu"]
     assert all(r["sentences"] == (5 if r["call"] == "batch" else 2) and r["tokens_per_s"] > 0 for r in rows)
     assert "x seqmap" in done.stdout
