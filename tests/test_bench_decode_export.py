@@ -27,8 +27,9 @@ def test_decode_export_bench_writes_its_rows_and_greedy_agrees(tmp_path):
                           timeout=300)  # its runtimes are spawned processes: run it as a user does
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
+    runtimes = ("seqmap", "ct2", "seqmap_keep")
     assert [(r["call"], r["beam"], r["runtime"]) for r in rows] == [
-        (call, beam, runtime) for call in ("batch", "single") for beam in (1, 2) for runtime in ("seqmap", "ct2", "seqmap_keep")]
+        (call, beam, runtime) for call in ("batch", "single") for beam in (1, 2) for runtime in runtimes]
     greedy = {r["runtime"]: r for r in rows if r["call"] == "batch" and r["beam"] == 1}
     for other in ("ct2", "seqmap_keep"):
         assert greedy[other]["same_as_seqmap"] == 1.0 and greedy[other]["bleu"] == greedy["seqmap"]["bleu"]
