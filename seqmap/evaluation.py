@@ -20,7 +20,7 @@ within a sentence.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -192,7 +192,8 @@ def reference_perplexity(run: LoadedRun, sources: list[str], refs: list[str], ma
 
 def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: DecodeConfig | None = None,
                    out: Path | None = None, *, n_best: int = 1, tokenize: str | None = None,
-                   compare_with: str | Path | None = None, tok_refs: Sequence[str] | None = None) -> dict:
+                   compare_with: str | Path | None = None, tok_refs: Sequence[str] | None = None,
+                   translate: Callable[[list[list[int]]], list[list[int]]] | None = None) -> dict:
     """Translate ``sources``, write the hypotheses to ``out`` (one per line), and score them.
 
     Args:
@@ -205,6 +206,8 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
             ``compare`` (both BLEU scores and the paired bootstrap p-value).
         tok_refs: the references Moses-tokenized and lowercased (Multi30k's ``*.lc.norm.tok.*``):
             adds ``bleu_lc_tok`` and its signature (see ``seqmap.metrics.bleu_lc_tok``).
+        translate: another decoder of the run's model, source ids -> output ids (its CTranslate2 export:
+            ``seqmap evaluate --ct2``), in the place of ``translate_texts``; one hypothesis per sentence.
     """
     decode = decode or run.cfg.decode
     refs = [run.tgt_tok.normalizer(r) for r in refs]  # as the training targets were (e.g. OpenCC t2s)
@@ -212,8 +215,14 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
         raise ValueError(f"the tokenized references have {len(tok_refs)} lines but the references {len(refs)}")
     tokenize = bleu_tokenizer(run.cfg.data.tgt_lang, tokenize)
     other = None if compare_with is None else read_lines(compare_with, "--compare")
-    translated = translate_texts(run.model, run.src_tok, run.tgt_tok, sources, decode, n_best=n_best,
-                                 device=run.device, max_src_len=run.cfg.data.max_src_len)
+    if translate is not None:
+        if n_best != 1:
+            raise ValueError("n-best lists come from seqmap's own decoding; leave out the other decoder")
+        ids = translate([truncate_source(run.src_tok.encode(s), run.cfg.data.max_src_len) for s in sources])
+        translated = [run.tgt_tok.decode(o) for o in ids]
+    else:
+        translated = translate_texts(run.model, run.src_tok, run.tgt_tok, sources, decode, n_best=n_best,
+                                     device=run.device, max_src_len=run.cfg.data.max_src_len)
     hyps = translated if n_best == 1 else [entries[0].output for entries in translated]
     result = {}
     if out is not None:
@@ -234,11 +243,12 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
 
 def evaluate_files(run: LoadedRun, src: str | Path, ref: str | Path, decode: DecodeConfig | None = None,
                    out: Path | None = None, *, n_best: int = 1, tokenize: str | None = None,
-                   compare_with: str | Path | None = None, tok_ref: str | Path | None = None) -> dict:
+                   compare_with: str | Path | None = None, tok_ref: str | Path | None = None,
+                   translate: Callable[[list[list[int]]], list[list[int]]] | None = None) -> dict:
     pairs = read_parallel(src, ref, "--src", "--ref")
     tok_refs = None if tok_ref is None else read_lines(tok_ref, "--tok-ref")
     return evaluate_pairs(run, [s for s, _ in pairs], [r for _, r in pairs], decode, out, n_best=n_best,
-                          tokenize=tokenize, compare_with=compare_with, tok_refs=tok_refs)
+                          tokenize=tokenize, compare_with=compare_with, tok_refs=tok_refs, translate=translate)
 
 
 def evaluate_test_split(trainer: RunTrainer) -> dict | None:

@@ -63,3 +63,35 @@ def decode_config(run, args: argparse.Namespace):
         raise UserError(f"only --decode.* options can be overridden here, got --{other[0]}.*")
     values = {**to_dict(run.cfg.decode), **overrides.get("decode", {})}
     return from_dict(DecodeConfig, values, "decode")
+
+
+def ct2_decoder(run, args: argparse.Namespace, decode):
+    """``--ct2 DIR`` of translate and evaluate: source ids -> output ids, decoded by the run's CTranslate2 export
+    (``seqmap.hub.ct2``) with torch's thread count; ``--quantize int8`` runs the export in int8."""
+    import torch
+
+    from seqmap.hub import HubError
+    from seqmap.hub.ct2 import load_translator, translate_ct2
+
+    if run.cfg.model.family != "transformer":
+        raise UserError(f"--ct2 decodes Transformer runs; {args.run_dir} is model.family={run.cfg.model.family}")
+    compute_type = "int8" if args.quantize == "int8" else "default"
+    try:
+        translator = load_translator(args.ct2, threads=torch.get_num_threads(), compute_type=compute_type)
+    except HubError as e:
+        raise UserError(str(e)) from None
+
+    def decode_ids(sources: list[list[int]]) -> list[list[int]]:
+        try:
+            return translate_ct2(translator, run.src_tok, run.tgt_tok, sources, decode)
+        except HubError as e:
+            raise UserError(str(e)) from None
+
+    return decode_ids
+
+
+def refuse_with_ct2(args: argparse.Namespace, options: dict[str, bool]) -> None:
+    """One line for the first option given (name -> given) that decoding with ``--ct2`` does not offer."""
+    for option, given in options.items():
+        if given:
+            raise UserError(f"{option} is not available with --ct2; leave out --ct2 to decode with seqmap")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from seqmap.cli.common import UserError, decode_config, load, run_parser
+from seqmap.cli.common import UserError, ct2_decoder, decode_config, load, refuse_with_ct2, run_parser
 from seqmap.cli.evaluate_tasks import evaluate_task
 
 
@@ -44,6 +44,9 @@ def add_parser(commands) -> None:
                                "(e.g. Multi30k's test2016.lc.norm.tok.en), as most Multi30k papers do")
     evaluate.add_argument("--compare", metavar="OTHER_HYPS",
                           help="paired bootstrap significance test against another system's hypotheses")
+    evaluate.add_argument("--ct2", metavar="DIR",
+                          help="a translation run: decode with this CTranslate2 export of it (seqmap export ct2); "
+                               "--quantize int8 runs it in int8")
     evaluate.set_defaults(handler=cmd_evaluate)
 
 
@@ -60,11 +63,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise UserError(f"{args.run_dir} is a language model; evaluate needs a translation run")
     out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")
     summarize = args.lead is not None or args.baseline_run is not None
+    translate = None
+    if args.ct2 is not None:
+        refuse_with_ct2(args, {"--nbest": args.nbest > 1, "--baseline-run": args.baseline_run is not None})
+        translate = ct2_decoder(run, args, decode_config(run, args))
     try:
         if summarize:
             check_documents(read_lines(args.src, "--src"))
         result = evaluate_files(run, args.src, args.ref, decode_config(run, args), out, n_best=args.nbest,
-                                tokenize=args.tokenize, compare_with=args.compare, tok_ref=args.tok_ref)
+                                tokenize=args.tokenize, compare_with=args.compare, tok_ref=args.tok_ref,
+                                translate=translate)
     except ValueError as e:  # a bad --tokenize, --nbest beyond the beam, hypotheses of another length
         raise UserError(str(e)) from None
     print(f"BLEU = {result['bleu']:.2f}   {result['bleu_signature']}")

@@ -60,7 +60,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from seqmap.hub import HubError, export_hf
-    from seqmap.hub.ct2 import export_ct2
+    from seqmap.hub.ct2 import export_ct2, writes_spec
     from seqmap.hub.export import FAMILIES
     from seqmap.runs import load_run
 
@@ -75,6 +75,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         out = export_hf(run, args.out) if args.format == "hf" else export_ct2(run, args.out, args.quantization)
     except HubError as e:
         raise UserError(str(e)) from None
-    what = FAMILIES[run.cfg.model.family] + (" for CTranslate2" if args.format == "ct2" else "")
+    what = FAMILIES[run.cfg.model.family]
+    if args.format == "ct2":
+        what = ("Transformer" if writes_spec(run) else what) + " for CTranslate2"
     print(f"exported {run.checkpoint} to {out} ({what})")
     return 0

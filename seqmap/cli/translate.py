@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from seqmap.cli.common import UserError, decode_config, load, run_parser
+from seqmap.cli.common import UserError, ct2_decoder, decode_config, load, refuse_with_ct2, run_parser
 
 
 def add_parser(commands) -> None:
@@ -50,11 +50,9 @@ def cmd_translate(args: argparse.Namespace) -> int:
     prefixes = None if args.prefix is None else [run.tgt_tok.encode(args.prefix)] * len(texts)
     sources = [truncate_source(run.src_tok.encode(t), run.cfg.data.max_src_len) for t in texts]
     if args.ct2 is not None:
-        for given, option in ((args.nbest > 1, "--nbest"), (args.prefix is not None, "--prefix"),
-                              (args.sample, "--sample"), (args.align, "--align")):
-            if given:
-                raise UserError(f"{option} is not available with --ct2; leave out --ct2 to decode with seqmap")
-        for output in _translate_ct2(run, args, sources, decode):
+        refuse_with_ct2(args, {"--nbest": args.nbest > 1, "--prefix": args.prefix is not None,
+                               "--sample": args.sample, "--align": args.align})
+        for output in ct2_decoder(run, args, decode)(sources):
             print(run.tgt_tok.decode(output))
         return 0
     try:
@@ -72,22 +70,6 @@ def cmd_translate(args: argparse.Namespace) -> int:
         if args.align:
             _print_alignment(run, text, entries[0].output, args.align_layer)
     return 0
-
-
-def _translate_ct2(run, args: argparse.Namespace, sources: list[list[int]], decode) -> list[list[int]]:
-    import torch
-
-    from seqmap.hub import HubError
-    from seqmap.hub.ct2 import load_translator, translate_ct2
-
-    if run.cfg.model.family != "transformer":
-        raise UserError(f"--ct2 decodes Transformer runs; {args.run_dir} is model.family={run.cfg.model.family}")
-    compute_type = "int8" if args.quantize == "int8" else "default"
-    try:
-        translator = load_translator(args.ct2, threads=torch.get_num_threads(), compute_type=compute_type)
-        return translate_ct2(translator, run.src_tok, run.tgt_tok, sources, decode)
-    except HubError as e:
-        raise UserError(str(e)) from None
 
 
 def _read_inputs(args: argparse.Namespace) -> list[str]:

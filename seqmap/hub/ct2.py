@@ -58,7 +58,7 @@ def export_ct2(run, out_dir: str | os.PathLike, quantization: str | None = None)
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise HubError(f"{out} exists and is not empty; choose another --out directory")
-    if run.cfg.model.family == "transformer" and not isinstance(run.tgt_tok, HFTokenizer):
+    if writes_spec(run):
         spec = transformer_spec(run)
         spec.validate()
         spec.optimize(quantization=quantization)
@@ -78,6 +78,12 @@ def export_ct2(run, out_dir: str | os.PathLike, quantization: str | None = None)
             raise HubError(f"CTranslate2's converter refused {run.checkpoint}: {' '.join(str(e).split())[:200]}"
                            ) from None
     return out
+
+
+def writes_spec(run) -> bool:
+    """Whether ``export_ct2`` writes the run straight into CTranslate2's specification (a seqmap-trained
+    Transformer) rather than through the hf export and CTranslate2's converter."""
+    return run.cfg.model.family == "transformer" and not isinstance(run.tgt_tok, HFTokenizer)
 
 
 def _marian_readable(run) -> str | None:

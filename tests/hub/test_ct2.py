@@ -34,7 +34,7 @@ def test_a_marian_translates_greedily_as_seqmap_does(tmp_path, capsys):
     hf.save_pretrained(tmp_path / "hf")
     import_hf(tmp_path / "hf", tmp_path / "run")
     assert main(["export", "ct2", str(tmp_path / "run"), "--out", str(tmp_path / "ct2")]) == 0
-    assert "for CTranslate2" in capsys.readouterr().out
+    assert "(MarianMTModel for CTranslate2)" in capsys.readouterr().out
     run = load_run(tmp_path / "run")
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
     for text in ["the cat sat on the mat", "a dog met a cat", "where is the log", "the dog is on the mat"]:
@@ -118,7 +118,7 @@ def test_seqmap_translate_decodes_with_an_export(tmp_path, capsys):
 
     run = _trained(tmp_path)
     assert main(["export", "ct2", str(tmp_path / "run"), "--out", str(tmp_path / "ct2")]) == 0
-    assert "for CTranslate2" in capsys.readouterr().out
+    assert "(Transformer for CTranslate2)" in capsys.readouterr().out
     texts = ["a b c", "c a b", "b c d"]
     assert main(["translate", str(tmp_path / "run"), *texts]) == 0
     ours = capsys.readouterr().out
@@ -133,6 +133,25 @@ def test_seqmap_translate_decodes_with_an_export(tmp_path, capsys):
     assert "--nbest is not available with --ct2" in capsys.readouterr().err
     assert main(["translate", str(tmp_path / "run"), "a b", "--ct2", str(tmp_path)]) == 2
     assert "holds no CTranslate2 model (no model.bin); write one with seqmap export ct2" in capsys.readouterr().err
+
+
+def test_seqmap_evaluate_scores_an_export(tmp_path, capsys):
+    from seqmap.cli import main
+
+    run = _trained(tmp_path)
+    export_ct2(run, tmp_path / "ct2")
+    (tmp_path / "src.txt").write_text("a b c\nb c d\nc a b\nd d a b c\n")
+    (tmp_path / "ref.txt").write_text("c b a\nd c b\nb a c\nc b a d d\n")
+    files = ["--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
+    assert main(["evaluate", str(tmp_path / "run"), *files, "--out", str(tmp_path / "ours.hyp")]) == 0
+    ours = capsys.readouterr().out
+    assert main(["evaluate", str(tmp_path / "run"), *files, "--out", str(tmp_path / "ct2.hyp"),
+                 "--ct2", str(tmp_path / "ct2")]) == 0
+    theirs = capsys.readouterr().out
+    assert (tmp_path / "ct2.hyp").read_text() == (tmp_path / "ours.hyp").read_text()  # greedy: the same outputs
+    assert ours.splitlines()[:4] == theirs.splitlines()[:4]  # BLEU, chrF, TER, reference perplexity
+    assert main(["evaluate", str(tmp_path / "run"), *files, "--ct2", str(tmp_path / "ct2"), "--nbest", "2"]) == 2
+    assert "--nbest is not available with --ct2" in capsys.readouterr().err
 
 
 def test_what_ctranslate2_cannot_express_is_refused_in_one_line(tmp_path):
