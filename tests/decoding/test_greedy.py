@@ -173,3 +173,35 @@ def test_finished_rows_leave_the_batch_and_every_row_decodes_as_alone(trained_re
                             no_repeat_ngram=no_repeat_ngram)
     assert torch.equal(without_scores.tokens, out.tokens) and without_scores.scores is None
     assert torch.equal(without_scores.lengths, out.lengths)
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn", "lm", "rnn_lm"])
+def test_rows_at_their_limit_leave_the_batch_in_every_family_and_decode_as_alone(family):
+    """Rows of unequal limits (and, for the language models, prompts of unequal length) end at different
+    steps; each family's state follows the dropped rows (``state.reorder``), so each row decodes as alone."""
+    from seqmap.config import ModelConfig
+    from seqmap.models.builder import build_model
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(family=family, src_vocab=0 if family in ("lm", "rnn_lm") else 24, tgt_vocab=24, d_model=32,
+                      n_heads=2, d_ff=64, enc_layers=1, dec_layers=2, dropout=0.0, emb_size=16, hidden_size=16)
+    model = build_model(cfg).eval()
+    limits = torch.tensor([2, 7, 3, 9, 1, 6, 4, 8])
+    if family in ("lm", "rnn_lm"):
+        prompts = [torch.randint(3, 24, (n,)) for n in (3, 1, 4, 2, 5, 2, 1, 3)]
+        inputs = [(None, None, {"prompt": [p]}) for p in prompts]
+        batch = (None, None, {"prompt": prompts})
+    else:
+        src = torch.randint(3, 24, (8, 5))
+        inputs = [(src[b : b + 1], torch.ones(1, 5, dtype=torch.bool), {}) for b in range(8)]
+        batch = (src, torch.ones(8, 5, dtype=torch.bool), {})
+    spy = CountingRows(model)
+    out = greedy(spy, batch[0], batch[1], bos=BOS, eos=EOS, max_len=limits, banned=[EOS], **batch[2])
+    assert out.lengths.tolist() == limits.tolist()  # EOS banned: every row runs to its limit
+    assert spy.rows[-1] < 8 and len(set(spy.rows)) > 2
+    for b, (src_b, mask_b, kw) in enumerate(inputs):
+        alone = greedy(model, src_b, mask_b, bos=BOS, eos=EOS, max_len=int(limits[b]), banned=[EOS], **kw)
+        n = int(limits[b])
+        assert out.tokens[b, :n].tolist() == alone.tokens[0].tolist(), b
+        assert out.tokens[b, n:].eq(PAD).all()
+        torch.testing.assert_close(out.scores[b], alone.scores[0], rtol=0, atol=1e-5)
