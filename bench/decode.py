@@ -319,12 +319,17 @@ def make_runner(runtime: str, args, ct2_dir: str | None):
 
 
 def serve(conn, runtime: str, args, ct2_dir: str | None) -> None:
-    """A runtime's process: answer ``beam`` with (seconds, outputs) until sent None."""
+    """A runtime's process (``Runtimes``): answer each job ``(beam,)`` with (seconds, outputs) until sent None."""
     decode = make_runner(runtime, args, ct2_dir)
+    answer_jobs(conn, decode)
+
+
+def answer_jobs(conn, decode) -> None:
+    """A runtime process's loop: say "ready", then time ``decode(*job)`` for each job until sent None."""
     conn.send("ready")
-    while (beam := conn.recv()) is not None:
+    while (job := conn.recv()) is not None:
         start = time.perf_counter()
-        outputs = decode(beam)
+        outputs = decode(*job)
         conn.send((time.perf_counter() - start, outputs))
 
 
@@ -334,7 +339,7 @@ def other_backend() -> str:
 
 
 class Runtimes:
-    """seqmap, transformers and CTranslate2, each in its own process.
+    """Runtimes (seqmap, transformers, CTranslate2), each in its own process.
 
     Each library keeps its own OpenMP thread pool to itself, as in a real deployment. In one
     process they do not: after a CTranslate2 call, torch's decoding in that process took 1.25x
@@ -343,23 +348,24 @@ class Runtimes:
     switches per greedy call against 0 before). See docs/benchmarks.md.
     """
 
-    def __init__(self, args, ct2_dir: str):
+    def __init__(self, names: list[str], target, *target_args):
+        """Start ``target(conn, name, *target_args)`` in a process per name (``serve``: it answers jobs with
+        ``answer_jobs``) and wait until each is ready."""
         ctx = multiprocessing.get_context("spawn")
         self.conns, self.procs = {}, []
-        others = ("seqmap_other",) if mkl_packing_available() else ()
-        for runtime in ("seqmap", "seqmap_plain", *others, "hf", "ct2",
-                        *(("seqmap_int8", "ct2_int8") if args.int8 else ())):
+        for name in names:
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=serve, args=(child, runtime, args, ct2_dir), daemon=True)
+            proc = ctx.Process(target=target, args=(child, name, *target_args), daemon=True)
             proc.start()
-            self.conns[runtime], self.procs = parent, [*self.procs, proc]
+            self.conns[name], self.procs = parent, [*self.procs, proc]
         for conn in self.conns.values():
             if conn.recv() != "ready":
                 raise SystemExit("a runtime process failed to start")
 
-    def run(self, runtime: str, beam: int) -> tuple[float, list[list[int]]]:
-        self.conns[runtime].send(beam)
-        return self.conns[runtime].recv()
+    def run(self, name: str, *job) -> tuple[float, list[list[int]]]:
+        """(seconds, outputs) of one job in runtime ``name``."""
+        self.conns[name].send(job)
+        return self.conns[name].recv()
 
     def close(self) -> None:
         for conn in self.conns.values():
@@ -450,7 +456,9 @@ def main(argv=None) -> None:
         model, cfg = build_seqmap(args.seed)
         translator_dir = to_ctranslate2(to_marian(model, cfg), Path(tmp))
         del model
-        runtimes = Runtimes(args, translator_dir)
+        others = ("seqmap_other",) if mkl_packing_available() else ()
+        names = ["seqmap", "seqmap_plain", *others, "hf", "ct2", *(("seqmap_int8", "ct2_int8") if args.int8 else ())]
+        runtimes = Runtimes(names, serve, args, translator_dir)
         try:
             rows = measure(runtimes, args, args.beams, f"{transformers.__version__}", f"{ctranslate2.__version__}")
         finally:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/machine.py
 
+from decode import Runtimes, answer_jobs  # noqa: E402
 from machine import cpu_name  # noqa: E402
 
 from seqmap.config import from_dict, to_dict  # noqa: E402
@@ -80,38 +80,9 @@ def make_runner(runtime: str, args):
 
 
 def serve(conn, runtime: str, args) -> None:
+    """A runtime's process (``Runtimes`` of ``bench/decode.py``): answers jobs ``(beam, call)``."""
     decode, _ = make_runner(runtime, args)
-    conn.send("ready")
-    while (job := conn.recv()) is not None:
-        start = time.perf_counter()
-        outputs = decode(*job)
-        conn.send((time.perf_counter() - start, outputs))
-
-
-class Runtimes:
-    """One process per runtime, as in ``bench/decode.py`` (each library keeps its thread pool to itself)."""
-
-    def __init__(self, names: list[str], args):
-        ctx = multiprocessing.get_context("spawn")
-        self.conns, self.procs = {}, []
-        for name in names:
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=serve, args=(child, name, args), daemon=True)
-            proc.start()
-            self.conns[name], self.procs = parent, [*self.procs, proc]
-        for conn in self.conns.values():
-            if conn.recv() != "ready":
-                raise SystemExit("a runtime process failed to start")
-
-    def run(self, name: str, beam: int, call: str) -> tuple[float, list[list[int]]]:
-        self.conns[name].send((beam, call))
-        return self.conns[name].recv()
-
-    def close(self) -> None:
-        for conn in self.conns.values():
-            conn.send(None)
-        for proc in self.procs:
-            proc.join(timeout=30)
+    answer_jobs(conn, decode)
 
 
 def main(argv=None) -> None:
@@ -143,7 +114,7 @@ def main(argv=None) -> None:
             export_ct2(load_run(args.run, pack=False), args.ct2)
         names = ["seqmap", "ct2", *(("seqmap_int8", "ct2_int8") if args.int8 else ()),
                  *(("seqmap_keep",) if args.keep_finished else ())]
-        runtimes = Runtimes(names, args)
+        runtimes = Runtimes(names, serve, args)
         tgt_tok = load_run(args.run, pack=False).tgt_tok
         refs = read_lines(args.ref, "--ref")[: args.sentences or None]
         rows = []
