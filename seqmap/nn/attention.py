@@ -34,6 +34,7 @@ from torch import Tensor
 SHARED_PREFIX_MIN = 8  # beams attend to a common prefix once per sentence from this many shared slots on
 FEW_QUERIES = 32  # up to this many queries per row over at least MANY_ROWS (batch x heads) rows,
 MANY_ROWS = 128  # the CPU takes the explicit path (module docstring)
+SCALAR_BMM_BELOW = 400  # ATen's bmm on the CPU: products of fewer multiply-adds take its scalar loop (mix_values)
 
 
 def causal_mask(t: int, s: int | None = None, device: torch.device | None = None) -> Tensor:
@@ -127,6 +128,22 @@ def masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
     return torch.softmax(scores, dim=-1) * has_key
 
 
+def mix_values(weights: Tensor, v: Tensor) -> Tensor:
+    """``weights @ v``: (..., T, S) attention weights times (..., S, Dv) values -> (..., T, Dv).
+
+    On the CPU PyTorch multiplies batches of matrices smaller than ``SCALAR_BMM_BELOW`` multiply-adds
+    (T S Dv) with a scalar loop instead of MKL: one decoding query over at most 12 keys of 32 dimensions
+    (the first steps of every self-attention cache, the short sources of a test set). There its loop
+    reads the values column by column and ran 1.5x to 4x slower than multiplying elementwise and summing
+    over S, which is what this does for one query per row at inference (docs/benchmarks.md, issue 18).
+    """
+    t, s, dv = weights.size(-2), weights.size(-1), v.size(-1)
+    if (t == 1 and s * dv < SCALAR_BMM_BELOW and weights.device.type == "cpu"
+            and not (torch.is_grad_enabled() and (weights.requires_grad or v.requires_grad))):
+        return (weights.transpose(-2, -1) * v).sum(dim=-2, keepdim=True)
+    return torch.matmul(weights, v)
+
+
 def _explicit(q, k, v, mask, bias, dropout_p, scale):
     groups = q.size(1) // k.size(1)
     k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
@@ -135,7 +152,7 @@ def _explicit(q, k, v, mask, bias, dropout_p, scale):
         scores = scores + bias
     weights = masked_softmax(scores, mask)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    return torch.matmul(dropped, v), weights
+    return mix_values(dropped, v), weights
 
 
 def _fused(q, k, v, mask, bias, causal, dropout_p, scale):
@@ -192,5 +209,5 @@ def shared_prefix_attention(q: Tensor, prefix_k: Tensor, prefix_v: Tensor, k: Te
     scores = torch.cat([on_prefix, torch.matmul(q, k.transpose(-2, -1))], dim=-1) * scale  # (G r, H, 1, S)
     weights = torch.softmax(scores, dim=-1)
     from_prefix = torch.matmul(weights[..., :shared].reshape(groups, r, heads, shared).transpose(1, 2), prefix_v)
-    own = torch.matmul(weights[..., shared:], v)  # (G r, H, 1, Dv)
+    own = mix_values(weights[..., shared:], v)  # (G r, H, 1, Dv)
     return from_prefix.transpose(1, 2).reshape(own.shape) + own

@@ -10,8 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from seqmap.nn.attention import (
+    SCALAR_BMM_BELOW,
     causal_mask,
     key_mask,
+    mix_values,
     padding_mask,
     scaled_dot_product_attention,
     shared_prefix_attention,
@@ -258,3 +260,22 @@ def test_shared_prefix_attention_equals_attention_over_each_rows_whole_history()
     changed = shared_prefix_attention(q, moved, prefix_v, k, v)
     assert torch.equal(changed[:r], got[:r]) and torch.equal(changed[2 * r:], got[2 * r:])
     assert not torch.allclose(changed[r: 2 * r], got[r: 2 * r])
+
+
+@pytest.mark.parametrize("keys", [1, 5, 12, 13, 40])
+def test_mixing_values_for_one_query_equals_the_matrix_product(keys):
+    """``mix_values`` sums products over the keys where ATen's bmm would take its scalar loop (fewer than
+    SCALAR_BMM_BELOW multiply-adds per product), and is the matrix product itself everywhere else."""
+    g = torch.Generator().manual_seed(keys)
+    weights = torch.softmax(torch.randn(6, 4, 1, keys, generator=g), dim=-1)
+    values = torch.randn(6, 4, keys + 3, 32, generator=g)[:, :, :keys]  # a cache's slots in use: not contiguous
+    with torch.no_grad():
+        mixed = mix_values(weights, values)
+    torch.testing.assert_close(mixed, torch.matmul(weights, values), rtol=0, atol=1e-6)
+    assert mixed.shape == (6, 4, 1, 32)
+    if keys * 32 >= SCALAR_BMM_BELOW:  # the matrix product, bit for bit
+        assert torch.equal(mixed, torch.matmul(weights, values))
+    two = torch.cat([weights, weights.flip(-1)], dim=2)  # two queries: always the matrix product
+    assert torch.equal(mix_values(two, values), torch.matmul(two, values))
+    trained = weights.clone().requires_grad_()  # training keeps the matrix product (and its gradient)
+    assert torch.equal(mix_values(trained, values), torch.matmul(trained, values))
