@@ -237,9 +237,13 @@ def translate_ct2(translator, src_tok, tgt_tok, sources: Sequence[Sequence[int]]
     suppressed = [[piece] for piece in tgt_tok.pieces([t for t in NEVER_GENERATED if t != UNK])]
     rows = [list(s) for s in sources]
     limits = [max(1, int(decode.max_len_a * max(len(s), 1) + decode.max_len_b)) for s in rows]
-    results = translator.translate_batch(
-        [src_tok.pieces(r) for r in rows], beam_size=decode.beam_size, length_penalty=decode.length_penalty,
-        max_decoding_length=max(limits), disable_unk=True, suppress_sequences=suppressed,
-        max_batch_size=max(1, decode.max_tokens // decode.beam_size), batch_type="tokens")
+    try:
+        results = translator.translate_batch(
+            [src_tok.pieces(r) for r in rows], beam_size=decode.beam_size, length_penalty=decode.length_penalty,
+            max_decoding_length=max(limits), disable_unk=True, suppress_sequences=suppressed,
+            max_batch_size=max(1, decode.max_tokens // decode.beam_size), batch_type="tokens")
+    except RuntimeError as e:  # e.g. a position past the exported table (model.max_len rows)
+        raise HubError(f"CTranslate2 could not decode these sentences: {' '.join(str(e).split())[:200]}; "
+                       "shorten them (data.max_src_len, decode.max_len_a/b) or decode with seqmap") from None
     return [[ids_of[piece] for piece in result.hypotheses[0][:limit]]
             for result, limit in zip(results, limits, strict=True)]

@@ -162,8 +162,15 @@ def test_what_ctranslate2_cannot_express_is_refused_in_one_line(tmp_path):
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(HubError, match="exists and is not empty"):
         export_ct2(run, tmp_path / "full")
+    (tmp_path / "learned").mkdir()
     with pytest.raises(HubError, match="no_repeat_ngram is not passed to CTranslate2"):
         translate_ct2(None, run.src_tok, run.tgt_tok, [[4]], DecodeConfig(no_repeat_ngram=2))
+    learned = _trained(tmp_path / "learned", positional="learned", max_len=160)  # a table of 160 positions
+    export_ct2(learned, tmp_path / "learned" / "ct2")
+    long = learned.src_tok.encode(" ".join(["a b c d"] * 60))  # 240 tokens
+    with pytest.raises(HubError, match=r"could not decode .* positions >= 160, .* or decode with seqmap"):
+        translate_ct2(load_translator(tmp_path / "learned" / "ct2"), learned.src_tok, learned.tgt_tok, [long],
+                      DecodeConfig())
     (tmp_path / "rope").mkdir()
     rope = _trained(tmp_path / "rope", positional="rope")
     with pytest.raises(HubError, match=r"model.positional='rope' \(CTranslate2's encoder-decoder .* no CTranslate2"):
