@@ -128,6 +128,12 @@ def test_seqmap_translate_decodes_with_an_export(tmp_path, capsys):
         run.src_tok.encode(t) for t in texts], run.cfg.decode)]
     assert main(["translate", str(tmp_path / "run"), "a b", "--ct2", str(tmp_path / "ct2"), "--quantize", "int8"]) == 0
     assert capsys.readouterr().out.strip()  # an int8 translation comes out (its tokens may differ)
+    assert main(["export", "ct2", str(tmp_path / "run"), "--out", str(tmp_path / "ct2-int8"),
+                 "--quantization", "int8"]) == 0  # weights stored in int8
+    assert (tmp_path / "ct2-int8" / "model.bin").stat().st_size < (tmp_path / "ct2" / "model.bin").stat().st_size
+    capsys.readouterr()
+    assert main(["translate", str(tmp_path / "run"), *texts, "--ct2", str(tmp_path / "ct2-int8")]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(texts)
     assert main(["translate", str(tmp_path / "run"), "a b", "--ct2", str(tmp_path / "ct2"), "--nbest", "2",
                  "--decode.beam_size", "2"]) == 2
     assert "--nbest is not available with --ct2" in capsys.readouterr().err
