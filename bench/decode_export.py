@@ -161,9 +161,9 @@ def main(argv=None) -> None:
     if args.json:
         import ctranslate2
 
-        Path(args.json).write_text(json.dumps({"cpu": cpu, "torch": torch.__version__,
-                                               "ctranslate2": ctranslate2.__version__, "run": args.run,
-                                               "src": args.src, "threads": args.threads, "rows": rows}, indent=1))
+        machine = {"cpu": cpu, "torch": torch.__version__, "ctranslate2": ctranslate2.__version__, "run": args.run,
+                   "src": args.src}
+        Path(args.json).write_text(json.dumps([{**r, **machine} for r in rows], indent=1))
 
 
 if __name__ == "__main__":

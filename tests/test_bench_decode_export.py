@@ -26,7 +26,8 @@ def test_decode_export_bench_writes_its_rows_and_greedy_agrees(tmp_path):
     done = subprocess.run([sys.executable, str(BENCH), *map(str, args)], capture_output=True, text=True,
                           timeout=300)  # its runtimes are spawned processes: run it as a user does
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = json.loads(out.read_text())["rows"]
+    rows = json.loads(out.read_text())
+    assert all(r["cpu"] and r["run"] == str(tmp_path / "run") for r in rows)
     runtimes = ("seqmap", "ct2", "seqmap_keep")
     assert [(r["call"], r["beam"], r["runtime"]) for r in rows] == [
         (call, beam, runtime) for call in ("batch", "single") for beam in (1, 2) for runtime in runtimes]
