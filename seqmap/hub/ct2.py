@@ -23,6 +23,7 @@ are refused in one line naming them. ``ctranslate2`` comes with the ``ct2`` extr
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Sequence
@@ -215,6 +216,13 @@ def load_translator(ct2_dir: str | os.PathLike, threads: int = 0, compute_type: 
                                   inter_threads=1)
 
 
+@functools.lru_cache(maxsize=8)
+def _ids_of_pieces(tok) -> dict[str, int]:
+    """Token string -> id for a tokenizer (built once per tokenizer: 4 ms for 8,000 pieces, a third of a
+    one-sentence call)."""
+    return {piece: i for i, piece in enumerate(tok.pieces(range(tok.vocab_size)))}
+
+
 def translate_ct2(translator, src_tok, tgt_tok, sources: Sequence[Sequence[int]],
                   decode: DecodeConfig) -> list[list[int]]:
     """Source ids -> output ids (no EOS), decoded by CTranslate2 as ``translate_ids`` decodes with the run.
@@ -233,7 +241,7 @@ def translate_ct2(translator, src_tok, tgt_tok, sources: Sequence[Sequence[int]]
         raise HubError("--decode.no_repeat_ngram is not passed to CTranslate2; decode with seqmap instead")
     if not sources:
         return []
-    ids_of = {piece: i for i, piece in enumerate(tgt_tok.pieces(range(tgt_tok.vocab_size)))}
+    ids_of = _ids_of_pieces(tgt_tok)
     suppressed = [[piece] for piece in tgt_tok.pieces([t for t in NEVER_GENERATED if t != UNK])]
     rows = [list(s) for s in sources]
     limits = [max(1, int(decode.max_len_a * max(len(s), 1) + decode.max_len_b)) for s in rows]
