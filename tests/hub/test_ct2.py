@@ -160,6 +160,32 @@ def test_seqmap_evaluate_scores_an_export(tmp_path, capsys):
     assert "--nbest is not available with --ct2" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command, option", [
+    ("translate", ["--prefix", "c"]), ("translate", ["--sample"]), ("translate", ["--align"]),
+    ("translate", ["--nbest", "2", "--decode.beam_size", "2"]), ("evaluate", ["--baseline-run", "RUN"])])
+def test_options_seqmap_decoding_alone_offers_are_refused_with_ct2(tmp_path, capsys, command, option):
+    from seqmap.cli import main
+
+    run = _trained(tmp_path)
+    export_ct2(run, tmp_path / "ct2")
+    (tmp_path / "src.txt").write_text("a b c\n")
+    inputs = ["a b"] if command == "translate" else ["--src", str(tmp_path / "src.txt"), "--ref",
+                                                      str(tmp_path / "src.txt")]
+    option = [str(tmp_path / "run") if o == "RUN" else o for o in option]
+    assert main([command, str(tmp_path / "run"), *inputs, "--ct2", str(tmp_path / "ct2"), *option]) == 2
+    assert f"{option[0]} is not available with --ct2; leave out --ct2" in capsys.readouterr().err
+
+
+def test_ct2_decodes_transformer_runs_only(tmp_path, capsys):
+    from seqmap.cli import main
+
+    _trained(tmp_path, family="rnn")
+    (tmp_path / "src.txt").write_text("a b c\n")
+    assert main(["evaluate", str(tmp_path / "run"), "--src", str(tmp_path / "src.txt"), "--ref",
+                 str(tmp_path / "src.txt"), "--ct2", str(tmp_path)]) == 2
+    assert "--ct2 decodes Transformer runs; " in capsys.readouterr().err
+
+
 def test_what_ctranslate2_cannot_express_is_refused_in_one_line(tmp_path):
     run = _trained(tmp_path)
     with pytest.raises(HubError, match="--quantization 'int3' is not one of CTranslate2's"):
