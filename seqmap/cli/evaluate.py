@@ -63,14 +63,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise UserError(f"{args.run_dir} is a language model; evaluate needs a translation run")
     out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")
     summarize = args.lead is not None or args.baseline_run is not None
+    decode = decode_config(run, args)
     translate = None
     if args.ct2 is not None:
         refuse_with_ct2(args, {"--nbest": args.nbest > 1, "--baseline-run": args.baseline_run is not None})
-        translate = ct2_decoder(run, args, decode_config(run, args))
+        translate = ct2_decoder(run, args, decode)
     try:
         if summarize:
             check_documents(read_lines(args.src, "--src"))
-        result = evaluate_files(run, args.src, args.ref, decode_config(run, args), out, n_best=args.nbest,
+        result = evaluate_files(run, args.src, args.ref, decode, out, n_best=args.nbest,
                                 tokenize=args.tokenize, compare_with=args.compare, tok_ref=args.tok_ref,
                                 translate=translate)
     except ValueError as e:  # a bad --tokenize, --nbest beyond the beam, hypotheses of another length

@@ -322,9 +322,10 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
         if need_attention and attn is not None:
             attention.append(last_query(attn).masked_fill(finished[:, None, None, None, None], 0.0))
         finished |= (best == eos) | (limits <= step + 1)
-        if bool(finished.all()):
+        done = int(finished.sum())  # one reduction (and one sync) a step for both questions
+        if done == finished.numel():
             break
-        if compact and int(finished.sum()) * DROP_FINISHED_AT >= finished.numel():
+        if compact and done * DROP_FINISHED_AT >= finished.numel():
             live = (~finished).nonzero().squeeze(1)  # drop the finished rows from the batch
             all_lengths.index_copy_(0, rows, lengths)
             if total is not None:
@@ -341,27 +342,18 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
     all_lengths.index_copy_(0, rows, lengths)
     if total is not None:
         totals.index_copy_(0, rows, total)
-    return GreedyResult(by_input_row(out, segments, batch, pad), totals, all_lengths,
-                        stack_steps(by_input_row_steps(attention, segments, batch)) if attention else None)
+    tokens = torch.stack(by_input_row(out, segments, batch, pad), dim=1)
+    return GreedyResult(tokens, totals, all_lengths,
+                        stack_steps(by_input_row(attention, segments, batch, 0)) if attention else None)
 
 
-def by_input_row(steps: list[Tensor], segments: list[tuple[int, Tensor]], batch: int, fill: int) -> Tensor:
-    """Per-step (B_live,) tokens -> (B, N) by input row, ``fill`` where a row was no longer in the batch."""
-    if len(segments) == 1:
-        return torch.stack(steps, dim=1)
-    tokens = steps[0].new_full((batch, len(steps)), fill)
-    for (start, rows), (end, _) in zip(segments, [*segments[1:], (len(steps), None)]):
-        if start < end:
-            tokens[rows, start:end] = torch.stack(steps[start:end], dim=1)
-    return tokens
-
-
-def by_input_row_steps(steps: list[Tensor], segments: list[tuple[int, Tensor]], batch: int) -> list[Tensor]:
-    """Per-step (B_live, ...) attention -> per-step (B, ...), zero for rows no longer in the batch."""
+def by_input_row(steps: list[Tensor], segments: list[tuple[int, Tensor]], batch: int, fill: int) -> list[Tensor]:
+    """Per-step (B_live, ...) tensors (tokens, attention) -> per-step (B, ...) by input row, ``fill`` for rows
+    no longer in the batch; ``segments`` gives the live rows from each step on."""
     if len(segments) == 1:
         return steps
     full = []
     for (start, rows), (end, _) in zip(segments, [*segments[1:], (len(steps), None)]):
-        for a in steps[start:end]:
-            full.append(a.new_zeros(batch, *a.shape[1:]).index_copy_(0, rows, a))
+        for x in steps[start:end]:
+            full.append(x.new_full((batch, *x.shape[1:]), fill).index_copy_(0, rows, x))
     return full
