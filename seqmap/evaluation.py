@@ -193,7 +193,7 @@ def reference_perplexity(run: LoadedRun, sources: list[str], refs: list[str], ma
 def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: DecodeConfig | None = None,
                    out: Path | None = None, *, n_best: int = 1, tokenize: str | None = None,
                    compare_with: str | Path | None = None, tok_refs: Sequence[str] | None = None,
-                   translate: Callable[[list[list[int]]], list[list[int]]] | None = None) -> dict:
+                   translate: Callable[[list[list[int]], int], list[list[Scored]]] | None = None) -> dict:
     """Translate ``sources``, write the hypotheses to ``out`` (one per line), and score them.
 
     Args:
@@ -206,8 +206,9 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
             ``compare`` (both BLEU scores and the paired bootstrap p-value).
         tok_refs: the references Moses-tokenized and lowercased (Multi30k's ``*.lc.norm.tok.*``):
             adds ``bleu_lc_tok`` and its signature (see ``seqmap.metrics.bleu_lc_tok``).
-        translate: another decoder of the run's model, source ids -> output ids (its CTranslate2 export:
-            ``seqmap evaluate --ct2``), in the place of ``translate_texts``; one hypothesis per sentence.
+        translate: another decoder of the run's model, (source ids, n_best) -> per source its n-best
+            ``Scored`` id lists (its CTranslate2 export: ``seqmap evaluate --ct2``), in the place of
+            ``translate_texts``.
     """
     decode = decode or run.cfg.decode
     refs = [run.tgt_tok.normalizer(r) for r in refs]  # as the training targets were (e.g. OpenCC t2s)
@@ -216,10 +217,10 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
     tokenize = bleu_tokenizer(run.cfg.data.tgt_lang, tokenize)
     other = None if compare_with is None else read_lines(compare_with, "--compare")
     if translate is not None:
-        if n_best != 1:
-            raise ValueError("n-best lists come from seqmap's own decoding; leave out the other decoder")
-        ids = translate([truncate_source(run.src_tok.encode(s), run.cfg.data.max_src_len) for s in sources])
-        translated = [run.tgt_tok.decode(o) for o in ids]
+        nbest = translate([truncate_source(run.src_tok.encode(s), run.cfg.data.max_src_len) for s in sources],
+                          n_best)
+        texts = [[e._replace(output=run.tgt_tok.decode(e.output)) for e in entries] for entries in nbest]
+        translated = [entries[0].output for entries in texts] if n_best == 1 else texts
     else:
         translated = translate_texts(run.model, run.src_tok, run.tgt_tok, sources, decode, n_best=n_best,
                                      device=run.device, max_src_len=run.cfg.data.max_src_len)
@@ -244,7 +245,7 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
 def evaluate_files(run: LoadedRun, src: str | Path, ref: str | Path, decode: DecodeConfig | None = None,
                    out: Path | None = None, *, n_best: int = 1, tokenize: str | None = None,
                    compare_with: str | Path | None = None, tok_ref: str | Path | None = None,
-                   translate: Callable[[list[list[int]]], list[list[int]]] | None = None) -> dict:
+                   translate: Callable[[list[list[int]], int], list[list[Scored]]] | None = None) -> dict:
     pairs = read_parallel(src, ref, "--src", "--ref")
     tok_refs = None if tok_ref is None else read_lines(tok_ref, "--tok-ref")
     return evaluate_pairs(run, [s for s, _ in pairs], [r for _, r in pairs], decode, out, n_best=n_best,

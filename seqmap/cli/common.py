@@ -66,12 +66,13 @@ def decode_config(run, args: argparse.Namespace):
 
 
 def ct2_decoder(run, args: argparse.Namespace, decode):
-    """``--ct2 DIR`` of translate and evaluate: source ids -> output ids, decoded by the run's CTranslate2 export
-    (``seqmap.hub.ct2``) with torch's thread count; ``--quantize int8`` runs the export in int8."""
+    """``--ct2 DIR`` of translate and evaluate: (source ids, n_best) -> per source its n-best ``Scored`` id lists
+    (scored when n_best > 1), decoded by the run's CTranslate2 export (``seqmap.hub.ct2``) with torch's thread
+    count; ``--quantize int8`` runs the export in int8."""
     import torch
 
     from seqmap.hub import HubError
-    from seqmap.hub.ct2 import load_translator, translate_ct2
+    from seqmap.hub.ct2 import load_translator, translate_ct2_nbest
 
     if run.cfg.model.family != "transformer":
         raise UserError(f"--ct2 decodes Transformer runs; {args.run_dir} is model.family={run.cfg.model.family}")
@@ -81,13 +82,14 @@ def ct2_decoder(run, args: argparse.Namespace, decode):
     except HubError as e:
         raise UserError(str(e)) from None
 
-    def decode_ids(sources: list[list[int]]) -> list[list[int]]:
+    def decode_nbest(sources: list[list[int]], n_best: int = 1):
         try:
-            return translate_ct2(translator, run.src_tok, run.tgt_tok, sources, decode)
+            return translate_ct2_nbest(translator, run.src_tok, run.tgt_tok, sources, decode, n_best=n_best,
+                                       scores=n_best > 1)
         except HubError as e:
             raise UserError(str(e)) from None
 
-    return decode_ids
+    return decode_nbest
 
 
 def refuse_with_ct2(args: argparse.Namespace, options: dict[str, bool]) -> None:

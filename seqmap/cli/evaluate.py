@@ -66,7 +66,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     decode = decode_config(run, args)
     translate = None
     if args.ct2 is not None:
-        refuse_with_ct2(args, {"--nbest": args.nbest > 1, "--baseline-run": args.baseline_run is not None})
+        refuse_with_ct2(args, {"--baseline-run": args.baseline_run is not None})
         translate = ct2_decoder(run, args, decode)
     try:
         if summarize:

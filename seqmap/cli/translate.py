@@ -49,16 +49,15 @@ def cmd_translate(args: argparse.Namespace) -> int:
     decode = decode_config(run, args)
     prefixes = None if args.prefix is None else [run.tgt_tok.encode(args.prefix)] * len(texts)
     sources = [truncate_source(run.src_tok.encode(t), run.cfg.data.max_src_len) for t in texts]
-    if args.ct2 is not None:
-        refuse_with_ct2(args, {"--nbest": args.nbest > 1, "--prefix": args.prefix is not None,
-                               "--sample": args.sample, "--align": args.align})
-        for output in ct2_decoder(run, args, decode)(sources):
-            print(run.tgt_tok.decode(output))
-        return 0
     try:
-        nbest = translate_nbest(run.model, sources, decode, n_best=args.nbest, prefixes=prefixes,
-                                sample=args.sample, seed=args.seed, device=run.device,
-                                scores=args.nbest > 1)  # printed with --nbest only
+        if args.ct2 is not None:
+            refuse_with_ct2(args, {"--prefix": args.prefix is not None, "--sample": args.sample,
+                                   "--align": args.align})
+            nbest = ct2_decoder(run, args, decode)(sources, args.nbest)
+        else:
+            nbest = translate_nbest(run.model, sources, decode, n_best=args.nbest, prefixes=prefixes,
+                                    sample=args.sample, seed=args.seed, device=run.device,
+                                    scores=args.nbest > 1)  # printed with --nbest only
     except ValueError as e:  # e.g. --nbest larger than the beam
         raise UserError(str(e)) from None
     for i, (text, entries) in enumerate(zip(texts, nbest)):

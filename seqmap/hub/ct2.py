@@ -35,6 +35,8 @@ from torch import Tensor
 from seqmap.config import DecodeConfig, ModelConfig
 from seqmap.data.hf_tokenizer import HFTokenizer
 from seqmap.data.tokenizer_base import BOS, EOS, NEVER_GENERATED, UNK
+from seqmap.decoding.beam import length_norm
+from seqmap.decoding.text import Scored
 from seqmap.hub.export import export_hf
 from seqmap.hub.source import HubError
 
@@ -225,10 +227,17 @@ def _ids_of_pieces(tok) -> dict[str, int]:
 
 def translate_ct2(translator, src_tok, tgt_tok, sources: Sequence[Sequence[int]],
                   decode: DecodeConfig) -> list[list[int]]:
-    """Source ids -> output ids (no EOS), decoded by CTranslate2 as ``translate_ids`` decodes with the run.
+    """Source ids -> output ids (no EOS), decoded by CTranslate2 as ``translate_ids`` decodes with the run
+    (``translate_ct2_nbest``'s best output of each sentence, unscored)."""
+    return [entries[0].output for entries in translate_ct2_nbest(translator, src_tok, tgt_tok, sources, decode)]
+
+
+def translate_ct2_nbest(translator, src_tok, tgt_tok, sources: Sequence[Sequence[int]], decode: DecodeConfig, *,
+                        n_best: int = 1, scores: bool = False) -> list[list[Scored]]:
+    """Per source, its ``n_best`` outputs decoded by CTranslate2, as ``Scored`` entries of ``translate_nbest``.
 
     As seqmap: a sentence of S tokens gets at most ``max_len_a * S + max_len_b`` tokens (EOS included);
-    PAD, BOS and UNK are never generated; batches are cut at
+    PAD, BOS and UNK are never generated, EOS may come first (CTranslate2 bans it there by default); batches are cut at
     ``decode.max_tokens`` source tokens times beams (CTranslate2 sorts the sentences by length first).
     CTranslate2 takes one length limit per call, the longest of all; each output is then cut at its own
     sentence's limit, which is exact for greedy decoding (a row's tokens do not depend on its limit
@@ -236,22 +245,59 @@ def translate_ct2(translator, src_tok, tgt_tok, sources: Sequence[Sequence[int]]
     ``length_penalty``, stopping when the best is finished), not seqmap's GNMT one, so beam outputs can
     differ from seqmap's on some sentences (and on those that reach their limit). An empty source gives an
     empty output (CTranslate2 does not decode it; seqmap decodes a source of one EOS).
+
+    ``scores``: each entry's ``score`` is the sum of its tokens' log-probabilities (EOS included when it
+    finished) and ``normalized`` that over ``decode.beam_ranking``'s length norm, as seqmap defines them
+    (read back from CTranslate2's length-normalised score). Without ``scores`` both are None. With
+    ``scores`` or a beam, a sentence that reached its own limit below the call's is decoded again under
+    its own limit (a second call for those sentences only), so its score, and its beam, are its own.
     """
     if decode.no_repeat_ngram:
         raise HubError("--decode.no_repeat_ngram is not passed to CTranslate2; decode with seqmap instead")
+    if n_best > decode.beam_size:
+        raise HubError(f"n_best={n_best} needs decode.beam_size >= {n_best} (got {decode.beam_size})")
     if not sources:
         return []
     ids_of = _ids_of_pieces(tgt_tok)
     suppressed = [[piece] for piece in tgt_tok.pieces([t for t in NEVER_GENERATED if t != UNK])]
     rows = [list(s) for s in sources]
     limits = [max(1, int(decode.max_len_a * max(len(s), 1) + decode.max_len_b)) for s in rows]
-    try:
-        results = translator.translate_batch(
-            [src_tok.pieces(r) for r in rows], beam_size=decode.beam_size, length_penalty=decode.length_penalty,
-            max_decoding_length=max(limits), disable_unk=True, suppress_sequences=suppressed,
-            max_batch_size=max(1, decode.max_tokens // decode.beam_size), batch_type="tokens")
-    except RuntimeError as e:  # e.g. a position past the exported table (model.max_len rows)
-        raise HubError(f"CTranslate2 could not decode these sentences: {' '.join(str(e).split())[:200]}; "
-                       "shorten them (data.max_src_len, decode.max_len_a/b) or decode with seqmap") from None
-    return [[ids_of[piece] for piece in result.hypotheses[0][:limit]]
-            for result, limit in zip(results, limits, strict=True)]
+    alpha = decode.length_penalty
+
+    def call(indices: list[int], limit: int) -> list:
+        try:
+            return translator.translate_batch(
+                [src_tok.pieces(rows[i]) for i in indices], beam_size=decode.beam_size, length_penalty=alpha,
+                max_decoding_length=limit, min_decoding_length=0, disable_unk=True, suppress_sequences=suppressed,
+                num_hypotheses=n_best, return_scores=scores,
+                max_batch_size=max(1, decode.max_tokens // decode.beam_size), batch_type="tokens")
+        except RuntimeError as e:  # e.g. a position past the exported table (model.max_len rows)
+            raise HubError(f"CTranslate2 could not decode these sentences: {' '.join(str(e).split())[:200]}; "
+                           "shorten them (data.max_src_len, decode.max_len_a/b) or decode with seqmap") from None
+
+    longest = max(limits)
+    results = call(list(range(len(rows))), longest)
+    if scores or decode.beam_size > 1:  # decode again, under its own limit, each sentence that reached it
+        again: dict[int, list[int]] = {}
+        for i, (result, limit) in enumerate(zip(results, limits)):
+            if limit < longest and any(len(hyp) >= limit for hyp in result.hypotheses):
+                again.setdefault(limit, []).append(i)
+        for limit, indices in again.items():
+            for i, result in zip(indices, call(indices, limit), strict=True):
+                results[i] = result
+    out = []
+    for result, limit in zip(results, limits, strict=True):
+        entries = []
+        for j, hyp in enumerate(result.hypotheses):
+            output = [ids_of[piece] for piece in hyp[:limit]]
+            if scores:  # CTranslate2's score is the sum over (tokens, + EOS when finished) ** alpha
+                length = len(hyp) + 1 if len(hyp) < limit else len(hyp)
+                entries.append(_scored(output, result.scores[j] * length ** alpha, length, decode))
+            else:
+                entries.append(Scored(output, None, None))
+        out.append(entries)
+    return out
+
+
+def _scored(output: list[int], score: float, length: int, decode: DecodeConfig) -> Scored:
+    return Scored(output, score, score / length_norm(length, decode.length_penalty, decode.beam_ranking))

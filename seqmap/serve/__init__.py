@@ -1,7 +1,7 @@
 """Serve a trained run over HTTP, with a page to translate and explore attention.
 
     seqmap serve RUN_DIR [--host 127.0.0.1] [--port 8000] [--checkpoint best|last|DIR]
-                         [--max-batch 32] [--wait-ms 5] [--threads N]
+                         [--max-batch 32] [--wait-ms 5] [--threads N] [--ct2 DIR]
 
 ``app.py`` is the FastAPI app (``create_app``), ``engine.py`` the decode work,
 ``classify.py`` and ``transcribe.py`` the work of classifiers and speech models,
@@ -37,6 +37,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
                     "pip install -e \".[serve]\".",
         epilog="examples:\n  seqmap serve runs/en-zh   (then open http://127.0.0.1:8000/)\n"
                "  seqmap serve runs/en-zh --port 8080 --max-batch 64 --wait-ms 10 --threads 2\n"
+               "  seqmap serve runs/de-en --ct2 runs/de-en/ct2 --threads 1   (search with the CTranslate2 export)\n"
                "  curl -s localhost:8000/translate -H 'content-type: application/json' "
                "-d '{\"text\": \"I love you.\"}'")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (or one checkpoint directory)")
@@ -47,6 +48,9 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--quantize", default="none", help="none (default) or int8: Linear layers in int8 (CPU only)")
+    p.add_argument("--ct2", metavar="DIR",
+                   help="a Transformer translation run: search with this CTranslate2 export of it (seqmap export "
+                        "ct2 RUN_DIR --out DIR); greedy outputs and scores as seqmap's, attention from the run")
     p.add_argument("--max-batch", type=int, default=32,
                    help="most sentences decoded together (default 32; 1 = one request at a time)")
     p.add_argument("--max-waiting", type=int, default=256,
@@ -124,16 +128,40 @@ def _build(args: argparse.Namespace):
     if args.quantize != "none" and (args.quantize != "int8" or device.type != "cpu"):
         raise ServeError(f"--quantize {args.quantize!r} with --device {args.device}: "
                          "use --quantize none, or int8 on the CPU")
+    if args.ct2 is not None and device.type != "cpu":
+        raise ServeError(f"--ct2 runs CTranslate2 on the CPU; leave out --device {args.device} or --ct2")
     run = load_run(args.run_dir, args.checkpoint, device, quantize=args.quantize)
     if run.cfg.data.task == "graph":
         raise ServeError(f"{args.run_dir} is a graph (GAT) run; the server translates, generates and classifies "
                          "texts and images, and transcribes audio (use `seqmap evaluate` or "
                          "`seqmap plot attention --node`)")
+    translator, decoder = _ct2_translator(args, run)
     limits = Limits(max_chars=args.max_chars, max_texts=args.max_texts, max_beam=args.max_beam,
                     max_new_tokens=args.max_new_tokens, max_attention_weights=args.max_attention,
                     max_audio_seconds=args.max_audio_seconds)
     app = create_app(run, limits=limits, max_batch=args.max_batch, wait_ms=args.wait_ms, threads=args.threads,
-                     max_waiting=args.max_waiting)
+                     max_waiting=args.max_waiting, translator=translator, decoder=decoder)
     settings = (f"{run.cfg.model.family}, checkpoint {run.checkpoint.name}, max batch {args.max_batch}, "
-                f"wait {args.wait_ms:g} ms, {torch.get_num_threads()} threads")
+                f"wait {args.wait_ms:g} ms, {torch.get_num_threads()} threads"
+                + ("" if translator is None else f", searching with {decoder}"))
     return app, settings
+
+
+def _ct2_translator(args: argparse.Namespace, run):
+    """``--ct2 DIR``: (the export's ``ctranslate2.Translator``, what /info calls it), or (None, "seqmap")."""
+    if args.ct2 is None:
+        return None, "seqmap"
+    import torch
+
+    from seqmap.hub import HubError
+    from seqmap.hub.ct2 import load_translator
+
+    if run.cfg.model.family != "transformer" or run.cfg.data.task != "translation":
+        raise ServeError(f"--ct2 searches for Transformer translation runs; {args.run_dir} is "
+                         f"model.family={run.cfg.model.family}, data.task={run.cfg.data.task}: leave out --ct2")
+    compute_type = "int8" if args.quantize == "int8" else "default"
+    try:
+        translator = load_translator(args.ct2, threads=torch.get_num_threads(), compute_type=compute_type)
+    except HubError as e:
+        raise ServeError(str(e)) from None
+    return translator, f"CTranslate2 ({args.ct2}, {translator.compute_type})"

@@ -75,7 +75,8 @@ log = logging.getLogger("seqmap.serve")
 
 
 def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int = 32, wait_ms: float = 5.0,
-               threads: int | None = None, max_waiting: int = 256) -> FastAPI:
+               threads: int | None = None, max_waiting: int = 256, translator=None,
+               decoder: str = "seqmap") -> FastAPI:
     """A FastAPI app serving ``run``.
 
     Args:
@@ -85,9 +86,11 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         wait_ms: how long a batch waits for more requests after its first.
         threads: torch CPU threads for the worker thread that runs the model (None: torch's choice).
         max_waiting: most requests waiting for the model; beyond it, 503 with Retry-After.
+        translator: a translation run's CTranslate2 export (``ctranslate2.Translator``), to search with
+            in its place (``seqmap serve --ct2``); ``decoder`` names it in /info.
     """
     limits = limits or Limits()
-    engine = _engine(run, limits)
+    engine = _engine(run, limits, translator, decoder)
 
     def worker_start() -> None:
         if threads is not None:
@@ -132,6 +135,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         if engine.task != "translation":
             raise _wrong_route(engine.task)
         texts = check_translate(req, limits, engine.decode.beam_size)
+        engine.check_positions(texts)
         if req.attention and not engine.has_attention:
             raise RequestError("this model has no attention (an RNN with rnn_attention=none); "
                                "send attention=false", "attention", 409)
@@ -182,13 +186,13 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
     return app
 
 
-def _engine(run: LoadedRun, limits: Limits):
+def _engine(run: LoadedRun, limits: Limits, translator=None, decoder: str = "seqmap"):
     """The engine for the run's task: classifiers, speech models, or translation models and LMs."""
     if run.cfg.data.task in ("classification", "image"):
         return ClassifierEngine(run, limits)
     if run.cfg.data.task == "speech":
         return SpeechEngine(run, limits)
-    return Engine(run, limits)
+    return Engine(run, limits, translator, decoder)
 
 
 def _wrong_route(task: str) -> RequestError:

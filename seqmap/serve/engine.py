@@ -10,7 +10,10 @@ batcher calls from its worker thread:
 
 Translation decodes every sentence of a batch in one ``translate_nbest`` call (which
 sorts by length and cuts the batch under the run's token budget), so a batch gives
-the same outputs as one request at a time, up to float rounding. Attention, when
+the same outputs as one request at a time, up to float rounding. With ``seqmap serve
+--ct2 DIR`` the run's CTranslate2 export does that search instead
+(``seqmap.hub.ct2.translate_ct2_nbest``: greedy outputs and every score as seqmap's);
+attention still comes from the run's own model. Attention, when
 asked for, comes from forced decoding of the best translation
 (``seqmap.decoding.align.forced_attention``), exactly as ``seqmap plot attention``
 draws it; it is not part of the batch key.
@@ -41,6 +44,7 @@ from seqmap.decoding.align import forced_attention
 from seqmap.decoding.greedy import decode_loop, pick_best
 from seqmap.decoding.sampling import top_k_filter, top_p_filter
 from seqmap.decoding.text import lm_prompt, resolve_config, strip_output, translate_nbest
+from seqmap.hub.ct2 import translate_ct2_nbest
 from seqmap.runs import LoadedRun
 from seqmap.serve.schemas import GenerateRequest, Limits, RequestError, TranslateRequest
 
@@ -99,11 +103,14 @@ def attention_payload(weights: Tensor, source_tokens: list[str], output_tokens: 
 class Engine:
     """A loaded run and the decode work of the server (called from the batcher's worker thread only)."""
 
-    def __init__(self, run: LoadedRun, limits: Limits | None = None) -> None:
+    def __init__(self, run: LoadedRun, limits: Limits | None = None, translator=None, decoder: str = "seqmap") -> None:
+        """``translator``: a ``ctranslate2.Translator`` of the run's export (``seqmap serve --ct2``), which then
+        does the searches of /translate; ``decoder`` names what searches, for /info."""
         self.run = run
         self.limits = limits or Limits()
         self.task = "lm" if run.src_tok is None else "translation"
         self.decode: DecodeConfig = run.cfg.decode
+        self.translator, self.decoder = translator, decoder
         self.attention_shape = self._attention_shape()
         self.has_attention = self.attention_shape["available"]
 
@@ -125,6 +132,19 @@ class Engine:
         total = prompt_len + max_new
         self._refuse_over(self.attention_bound([total], [total]), "lower max_new_tokens, or send attention=false")
 
+    def check_positions(self, texts: list[str]) -> None:
+        """With a CTranslate2 export, refuse (422, field ``text``) a text whose translation could pass the
+        export's position table (``model.max_len`` rows): CTranslate2 would fail the whole batch."""
+        if self.translator is None:
+            return
+        d, rows = self.decode, self.run.cfg.model.max_len
+        for i, text in enumerate(texts):
+            source = max(len(truncate_source(self.run.src_tok.encode(text), self.run.cfg.data.max_src_len)), 1)
+            longest = max(source, int(d.max_len_a * source + d.max_len_b))
+            if longest > rows:
+                raise RequestError(f"text {i} could need {longest} positions; this server's CTranslate2 export has "
+                                   f"{rows} (model.max_len): send a shorter text", "text")
+
     def _refuse_over(self, bound: int, fix: str) -> None:
         if bound > self.limits.max_attention_weights:
             raise RequestError(f"attention for this request could hold up to {bound:,} weights; this server "
@@ -145,7 +165,11 @@ class Engine:
         decode = resolve_config(self.decode, {"beam_size": beam, "length_penalty": penalty})
         texts = [t for job in jobs for t in job.texts]
         sources = [truncate_source(run.src_tok.encode(t), run.cfg.data.max_src_len) for t in texts]
-        nbest = translate_nbest(run.model, sources, decode, n_best=n_best, device=run.device)
+        if self.translator is None:
+            nbest = translate_nbest(run.model, sources, decode, n_best=n_best, device=run.device)
+        else:
+            nbest = translate_ct2_nbest(self.translator, run.src_tok, run.tgt_tok, sources, decode, n_best=n_best,
+                                        scores=True)
         out, i = [], 0
         for job in jobs:
             results = []
@@ -248,6 +272,7 @@ class Engine:
         d, t = cfg.data, cfg.train
         return {
             **run_header(run, self.task),
+            "decoder": self.decoder,
             "sizes": sizes,
             "attention": self.attention_shape,
             "vocabulary": {"tokenizer": run.tgt_tok.kind,

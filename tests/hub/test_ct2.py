@@ -13,9 +13,9 @@ ctranslate2 = pytest.importorskip("ctranslate2", reason="the ct2 extra is not in
 pytest.importorskip("sentencepiece")
 
 from seqmap.config import DecodeConfig  # noqa: E402
-from seqmap.decoding.text import generate_nbest, lm_prompt, translate_ids  # noqa: E402
+from seqmap.decoding.text import generate_nbest, lm_prompt, translate_ids, translate_nbest  # noqa: E402
 from seqmap.hub import HubError, import_hf  # noqa: E402
-from seqmap.hub.ct2 import export_ct2, load_translator, translate_ct2  # noqa: E402
+from seqmap.hub.ct2 import export_ct2, load_translator, translate_ct2, translate_ct2_nbest  # noqa: E402
 from seqmap.runs import load_run  # noqa: E402
 
 from .test_gpt2 import tiny_gpt2  # noqa: E402
@@ -113,6 +113,31 @@ def test_greedy_outputs_stop_at_each_sentences_own_limit(tmp_path):
         [[], translate_ids(run.model, sources[:1], DecodeConfig())[0]]  # empty in, empty out
 
 
+def test_nbest_lists_and_scores_are_as_seqmap_defines_them(tmp_path):
+    run = _trained(tmp_path)
+    export_ct2(run, tmp_path / "ct2")
+    translator = load_translator(tmp_path / "ct2", threads=1)
+    sources = [run.src_tok.encode(t) for t in ["a b c", "a", "d d a b c", "c a b", "b c d a"]]
+    for beam, alpha, a, b in ((1, 1.0, 1.0, 3), (1, 0.6, 0.5, 1), (3, 0.0, 2.0, 5), (3, 0.0, 1.0, 1), (3, 0.0, 0.0, 2)):
+        decode = DecodeConfig(beam_size=beam, length_penalty=alpha, max_len_a=a, max_len_b=b)
+        n_best = min(beam, 2)
+        ours = translate_nbest(run.model, sources, decode, n_best=n_best)
+        theirs = translate_ct2_nbest(translator, run.src_tok, run.tgt_tok, sources, decode, n_best=n_best,
+                                     scores=True)
+        # alpha 0: both searches rank by the summed log-probability, so the lists agree here, also where a limit
+        # cuts (CTranslate2's earlier stop can still differ: it ends when its best hypothesis has finished)
+        assert [[e.output for e in entries] for entries in theirs] == \
+            [[e.output for e in entries] for entries in ours], (beam, alpha, a, b)
+        for mine, other in zip(ours, theirs):
+            for e, f in zip(mine, other):
+                assert f.score == pytest.approx(e.score, abs=2e-4) and f.normalized == pytest.approx(e.normalized,
+                                                                                                     abs=2e-4)
+    unscored = translate_ct2_nbest(translator, run.src_tok, run.tgt_tok, sources, DecodeConfig())
+    assert all(e.score is None and e.normalized is None for entries in unscored for e in entries)
+    with pytest.raises(HubError, match=r"n_best=3 needs decode.beam_size >= 3 \(got 2\)"):
+        translate_ct2_nbest(translator, run.src_tok, run.tgt_tok, sources, DecodeConfig(beam_size=2), n_best=3)
+
+
 def test_seqmap_translate_decodes_with_an_export(tmp_path, capsys):
     from seqmap.cli import main
 
@@ -134,9 +159,16 @@ def test_seqmap_translate_decodes_with_an_export(tmp_path, capsys):
     capsys.readouterr()
     assert main(["translate", str(tmp_path / "run"), *texts, "--ct2", str(tmp_path / "ct2-int8")]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len(texts)
-    assert main(["translate", str(tmp_path / "run"), "a b", "--ct2", str(tmp_path / "ct2"), "--nbest", "2",
+    nbest = ["--nbest", "2", "--decode.beam_size", "2", "--decode.length_penalty", "0"]
+    assert main(["translate", str(tmp_path / "run"), *texts, *nbest]) == 0
+    ours = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
+    assert main(["translate", str(tmp_path / "run"), *texts, *nbest, "--ct2", str(tmp_path / "ct2")]) == 0
+    theirs = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
+    assert len(theirs) == 2 * len(texts) and [t[:2] for t in theirs] == [o[:2] for o in ours]
+    assert [float(t[2]) for t in theirs] == pytest.approx([float(o[2]) for o in ours], abs=3e-4)
+    assert main(["translate", str(tmp_path / "run"), "a b", "--ct2", str(tmp_path / "ct2"), "--nbest", "3",
                  "--decode.beam_size", "2"]) == 2
-    assert "--nbest is not available with --ct2" in capsys.readouterr().err
+    assert "n_best=3 needs decode.beam_size >= 3 (got 2)" in capsys.readouterr().err
     assert main(["translate", str(tmp_path / "run"), "a b", "--ct2", str(tmp_path)]) == 2
     assert "holds no CTranslate2 model (no model.bin); write one with seqmap export ct2" in capsys.readouterr().err
 
@@ -156,13 +188,20 @@ def test_seqmap_evaluate_scores_an_export(tmp_path, capsys):
     theirs = capsys.readouterr().out
     assert (tmp_path / "ct2.hyp").read_text() == (tmp_path / "ours.hyp").read_text()  # greedy: the same outputs
     assert ours.splitlines()[:4] == theirs.splitlines()[:4]  # BLEU, chrF, TER, reference perplexity
-    assert main(["evaluate", str(tmp_path / "run"), *files, "--ct2", str(tmp_path / "ct2"), "--nbest", "2"]) == 2
-    assert "--nbest is not available with --ct2" in capsys.readouterr().err
+    nbest = ["--nbest", "2", "--decode.beam_size", "2", "--decode.length_penalty", "0"]
+    assert main(["evaluate", str(tmp_path / "run"), *files, "--out", str(tmp_path / "ours.hyp"), *nbest]) == 0
+    assert main(["evaluate", str(tmp_path / "run"), *files, "--out", str(tmp_path / "ct2.hyp"), *nbest,
+                 "--ct2", str(tmp_path / "ct2")]) == 0
+    assert "2-best lists written to" in capsys.readouterr().out
+    ours, theirs = ([line.split(" ||| ") for line in (tmp_path / f"{name}.hyp.nbest").read_text().splitlines()]
+                    for name in ("ours", "ct2"))
+    assert len(theirs) == 8 and [t[:2] for t in theirs] == [o[:2] for o in ours]
+    assert [float(t[2]) for t in theirs] == pytest.approx([float(o[2]) for o in ours], abs=3e-4)
 
 
 @pytest.mark.parametrize("command, option", [
     ("translate", ["--prefix", "c"]), ("translate", ["--sample"]), ("translate", ["--align"]),
-    ("translate", ["--nbest", "2", "--decode.beam_size", "2"]), ("evaluate", ["--baseline-run", "RUN"])])
+    ("evaluate", ["--baseline-run", "RUN"])])
 def test_options_seqmap_decoding_alone_offers_are_refused_with_ct2(tmp_path, capsys, command, option):
     from seqmap.cli import main
 
