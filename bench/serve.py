@@ -4,6 +4,7 @@
     python bench/serve.py --quick                # smoke test: 120 requests, 8 clients
     python bench/serve.py --run-dir runs/en-zh   # a trained run instead of the toy (sentences: --input FILE)
     python bench/serve.py --json out.json        # also write the rows as JSON
+    python bench/serve.py --ct2                  # both modes also with the run's CTranslate2 export (--ct2)
     python bench/serve.py --soak                 # soak: 5,000 requests, 15% of clients hang up mid-request
 
 Each mode starts its own server process (``python -m seqmap.serve RUN --threads T --max-batch B
@@ -12,8 +13,10 @@ Each mode starts its own server process (``python -m seqmap.serve RUN --threads 
 concurrent keep-alive connections (a minimal asyncio HTTP/1.1 client, see ``Connection``), and stops
 the server. Reported: errors (a non-200 answer or a failed
 connection), requests per second over the timed requests, latency p50/p95 (send to full answer), and the
-mean requests per decoded batch read from the server's /health. The answers of the two modes are compared
-sentence by sentence (batching must not change a translation). With ``--pin`` (the default on 2 cores or
+mean requests per decoded batch read from the server's /health. The answers of every mode are compared
+with seqmap's one at a time, sentence by sentence (batching must not change a translation). ``--ct2``
+adds both modes served with the run's CTranslate2 export (``seqmap serve --ct2``; written first into a
+temporary directory): their greedy answers must be seqmap's too (beams rank by CTranslate2's rule). With ``--pin`` (the default on 2 cores or
 more) the server process runs on the first core and the load generator on the others, so that neither
 takes the other's CPU time; ``--no-pin`` lets both run anywhere.
 
@@ -92,15 +95,17 @@ class Server:
     """``python -m seqmap.serve`` in its own process, on a free loopback port."""
 
     def __init__(self, run_dir: Path, threads: int, max_batch: int, wait_ms: float,
-                 cpus: set[int] | None = None) -> None:
-        """``cpus``: the cores the server process may run on (None: any), kept apart from the load generator's."""
+                 cpus: set[int] | None = None, ct2: Path | None = None) -> None:
+        """``cpus``: the cores the server process may run on (None: any), kept apart from the load generator's;
+        ``ct2``: the run's CTranslate2 export, searched with (``seqmap serve --ct2``)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         self.log = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "seqmap.serve", str(run_dir), "--port", str(self.port), "--threads",
-             str(threads), "--max-batch", str(max_batch), "--wait-ms", str(wait_ms), "--max-texts", "1"],
+             str(threads), "--max-batch", str(max_batch), "--wait-ms", str(wait_ms), "--max-texts", "1",
+             *([] if ct2 is None else ["--ct2", str(ct2)])],
             env=env, stdout=self.log, stderr=subprocess.STDOUT,
             preexec_fn=None if cpus is None else (lambda: os.sched_setaffinity(0, cpus)))
 
@@ -197,13 +202,23 @@ async def load(port: int, sentences: list[str], clients: int, beam: int) -> tupl
     return latencies, errors, time.perf_counter() - start, answers
 
 
+def export(run_dir: Path, out: Path) -> Path:
+    """The run's CTranslate2 export (``seqmap export ct2 RUN --out OUT``), for ``seqmap serve --ct2``."""
+    from seqmap.hub.ct2 import export_ct2
+    from seqmap.runs import load_run
+
+    export_ct2(load_run(run_dir), out)
+    return out
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-def measure(run_dir: Path, mode: str, max_batch: int, wait_ms: float, args, sentences: list[str]) -> dict:
-    server = Server(run_dir, args.threads, max_batch, wait_ms, args.server_cpus)
+def measure(run_dir: Path, mode: str, max_batch: int, wait_ms: float, args, sentences: list[str],
+            ct2: Path | None = None) -> dict:
+    server = Server(run_dir, args.threads, max_batch, wait_ms, args.server_cpus, ct2)
     try:
         server.wait_ready()
         asyncio.run(load(server.port, sentences[: args.warmup], min(args.clients, args.warmup), args.beam))
@@ -214,7 +229,8 @@ def measure(run_dir: Path, mode: str, max_batch: int, wait_ms: float, args, sent
         server.stop()
     batches = after["batches"] - before["batches"]
     requests = after["requests"] - before["requests"]
-    row = {"mode": mode, "max_batch": max_batch, "wait_ms": wait_ms, "requests": len(sentences),
+    row = {"mode": mode, "decoder": "seqmap" if ct2 is None else "ctranslate2", "max_batch": max_batch,
+           "wait_ms": wait_ms, "requests": len(sentences),
            "clients": args.clients, "beam": args.beam, "threads": args.threads, "errors": errors,
            "server_cpus": sorted(args.server_cpus or []), "client_cpus": sorted(args.client_cpus or []),
            "req_s": len(answers) / wall, "p50_ms": 1000 * statistics.median(latencies),
@@ -437,6 +453,8 @@ def main(argv=None) -> None:
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                         help="timing: the server on core 0 and this load generator on the other cores, so that "
                              "the two do not take each other's CPU time (default on; needs 2 cores or more)")
+    parser.add_argument("--ct2", action="store_true", help="also time both modes searching with the run's "
+                        "CTranslate2 export (written first, as seqmap export ct2 writes it; served with --ct2)")
     parser.add_argument("--json", type=Path, help="also write the rows to this file as a JSON list; "
                         "speedup = req/s / the one-at-a-time mode's req/s")
     args = parser.parse_args(argv)
@@ -486,29 +504,36 @@ def main(argv=None) -> None:
                 raise SystemExit("soak failed: " + "; ".join(problems))
             print(f"soak passed; load average at the end {os.getloadavg()[0]:.2f}")
             return
+        modes = [("batched", args.max_batch, args.wait_ms, None), ("one at a time", 1, 0.0, None)]
+        if args.ct2:
+            ct2 = export(run_dir, Path(tmp) / "ct2")
+            modes += [("batched, ct2", args.max_batch, args.wait_ms, ct2), ("one at a time, ct2", 1, 0.0, ct2)]
         rows, answers = [], []
-        for mode, max_batch, wait_ms in (("batched", args.max_batch, args.wait_ms), ("one at a time", 1, 0.0)):
-            row, got = measure(run_dir, mode, max_batch, wait_ms, args, sentences)
+        for mode, max_batch, wait_ms, ct2 in modes:
+            row, got = measure(run_dir, mode, max_batch, wait_ms, args, sentences, ct2)
             rows.append(row)
             answers.append(got)
 
-    same = sum(answers[0].get(i) == answers[1].get(i) for i in range(len(sentences)))
-    for row in rows:
-        row["speedup"] = row["req_s"] / rows[-1]["req_s"]
-        row["agree_with_one_at_a_time"] = same
+    alone = rows[1]  # seqmap, one request at a time: what every mode is compared with
+    for row, got in zip(rows, answers):
+        row["speedup"] = row["req_s"] / alone["req_s"]
+        row["agree_with_one_at_a_time"] = sum(got.get(i) == answers[1].get(i) for i in range(len(sentences)))
         row["cpu"] = cpu_name()
-    print(f"\n{'mode':>14} {'max batch':>9} {'wait ms':>7} {'requests':>8} {'errors':>6} {'req/s':>7} "
-          f"{'p50 ms':>7} {'p95 ms':>7} {'batch':>6} {'busy':>5} {'speedup':>7}")
+    print(f"\n{'mode':>18} {'max batch':>9} {'wait ms':>7} {'requests':>8} {'errors':>6} {'req/s':>7} "
+          f"{'p50 ms':>7} {'p95 ms':>7} {'batch':>6} {'busy':>5} {'speedup':>7} {'agree':>6}")
     for r in rows:
-        print(f"{r['mode']:>14} {r['max_batch']:>9} {r['wait_ms']:>7g} {r['requests']:>8} {r['errors']:>6} "
+        print(f"{r['mode']:>18} {r['max_batch']:>9} {r['wait_ms']:>7g} {r['requests']:>8} {r['errors']:>6} "
               f"{r['req_s']:>7.1f} {r['p50_ms']:>7.1f} {r['p95_ms']:>7.1f} {r['mean_batch_requests']:>6.1f} "
-              f"{r['model_busy']:>5.2f} {r['speedup']:>7.2f}")
-    print(f"batch = mean requests per decoded batch; busy = share of the time the model was decoding; "
-          f"{same}/{len(sentences)} answers identical in both modes; load average at the end {os.getloadavg()[0]:.2f}")
+              f"{r['model_busy']:>5.2f} {r['speedup']:>7.2f} {r['agree_with_one_at_a_time']:>6}")
+    print(f"batch = mean requests per decoded batch; busy = share of the time the model was decoding; speedup = "
+          f"req/s over seqmap's one at a time; agree = answers identical to seqmap's one at a time (of "
+          f"{len(sentences)}); load average at the end {os.getloadavg()[0]:.2f}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
         print(f"wrote {args.json}")
-    if any(r["errors"] for r in rows) or same != len(sentences):
+    # batching never changes an answer; the export's greedy answers are seqmap's (its beams rank by its own rule)
+    must_agree = [r for r in rows if r["decoder"] == "seqmap" or args.beam == 1]
+    if any(r["errors"] for r in rows) or any(r["agree_with_one_at_a_time"] != len(sentences) for r in must_agree):
         raise SystemExit("errors or disagreeing answers: see the table")
 
 
