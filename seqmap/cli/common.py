@@ -68,17 +68,18 @@ def decode_config(run, args: argparse.Namespace):
 def ct2_decoder(run, args: argparse.Namespace, decode):
     """``--ct2 DIR`` of translate and evaluate: (source ids, n_best) -> per source its n-best ``Scored`` id lists
     (scored when n_best > 1), decoded by the run's CTranslate2 export (``seqmap.hub.ct2``) with torch's thread
-    count; ``--quantize int8`` runs the export in int8."""
+    count; ``--quantize int8`` runs the export in int8. A directory that holds another run's export is refused."""
     import torch
 
     from seqmap.hub import HubError
-    from seqmap.hub.ct2 import load_translator, translate_ct2_nbest
+    from seqmap.hub.ct2 import check_export, load_translator, translate_ct2_nbest
 
     if run.cfg.model.family != "transformer":
         raise UserError(f"--ct2 decodes Transformer runs; {args.run_dir} is model.family={run.cfg.model.family}")
     compute_type = "int8" if args.quantize == "int8" else "default"
     try:
         translator = load_translator(args.ct2, threads=torch.get_num_threads(), compute_type=compute_type)
+        check_export(args.ct2, translator, run, quantized=args.quantize == "int8")
     except HubError as e:
         raise UserError(str(e)) from None
 

@@ -24,6 +24,7 @@ are refused in one line naming them. ``ctranslate2`` comes with the ``ct2`` extr
 from __future__ import annotations
 
 import functools
+import json
 import os
 import tempfile
 from collections.abc import Sequence
@@ -218,6 +219,60 @@ def load_translator(ct2_dir: str | os.PathLike, threads: int = 0, compute_type: 
                                   inter_threads=1)
 
 
+PROBE_TOKENS = 8  # source and target tokens of the pair ``check_export`` scores in both runtimes
+
+
+def check_export(ct2_dir: str | os.PathLike, translator, run, quantized: bool = False) -> None:
+    """One line (``HubError``) unless ``ct2_dir`` holds an export of ``run`` (its checkpoint, not another's).
+
+    Two checks, a few milliseconds: every output token of the export is a piece of the run's target
+    tokenizer (so outputs map back to its ids), and the export scores a probe pair (the first
+    ``PROBE_TOKENS`` ordinary pieces as source, the last as target) as the run's model does: the mean
+    difference of the per-token log-probabilities at most 1e-3, or 0.1 when either side is quantized
+    (int8 moved them by 0.01 on the Multi30k run; another checkpoint moves them by far more).
+    """
+    path = Path(ct2_dir)
+    names = ("shared_vocabulary.json",) if (path / "shared_vocabulary.json").is_file() else (
+        "source_vocabulary.json", "target_vocabulary.json")
+    try:
+        vocabularies = [json.loads((path / name).read_text(encoding="utf-8")) for name in names]
+    except (OSError, ValueError) as e:
+        raise HubError(f"{path} holds no readable CTranslate2 vocabulary ({e}); write it again with "
+                       "seqmap export ct2 RUN_DIR --out DIR") from None
+    target = {str(piece) for piece in vocabularies[-1]}
+    missing = sorted(target - set(_ids_of_pieces(run.tgt_tok)))
+    if missing:
+        raise HubError(f"{path} is not an export of {run.checkpoint}: {len(missing)} of its {len(target)} target "
+                       f"tokens (e.g. {missing[0]!r}) are not the run's; write it again with "
+                       "seqmap export ct2 RUN_DIR --out DIR")
+    source_vocab = {str(piece) for piece in vocabularies[0]}
+    src = [i for i, p in enumerate(run.src_tok.pieces(range(run.src_tok.vocab_size)))
+           if i not in NEVER_GENERATED and i != EOS and p in source_vocab][:PROBE_TOKENS]
+    tgt = [i for i, p in enumerate(run.tgt_tok.pieces(range(run.tgt_tok.vocab_size)))
+           if i not in NEVER_GENERATED and i != EOS and p in target][-PROBE_TOKENS:]
+    if not src or not tgt:
+        return  # nothing to probe with; the token check above stands
+    try:
+        theirs = translator.score_batch([run.src_tok.pieces(src)], [run.tgt_tok.pieces(tgt)])[0].log_probs
+    except RuntimeError as e:
+        raise HubError(f"CTranslate2 could not score a probe sentence with {path}: "
+                       f"{' '.join(str(e).split())[:200]}") from None
+    device = next(run.model.parameters()).device
+    with torch.no_grad():
+        logits = run.model(torch.tensor([src], device=device), None, torch.tensor([[BOS, *tgt]], device=device))
+    logits = logits[0].float()
+    absent = [i for i, piece in enumerate(run.tgt_tok.pieces(range(run.tgt_tok.vocab_size))) if piece not in target]
+    if absent:  # ids the export has no token for (an imported Marian's PAD and BOS) are not in its softmax
+        logits = logits.index_fill(-1, torch.tensor(absent, device=device), float("-inf"))
+    ours = logits.log_softmax(-1).gather(1, torch.tensor([*tgt, EOS], device=device)[:, None])
+    difference = float((torch.tensor(theirs, device=device) - ours.squeeze(1)).abs().mean())
+    tolerance = 0.1 if quantized or "int8" in translator.compute_type else 1e-3
+    if not difference <= tolerance:
+        raise HubError(f"{path} is not an export of {run.checkpoint}: on a probe sentence its log-probabilities "
+                       f"differ from the run's by {difference:.3g} on average (at most {tolerance:g} expected); "
+                       "write it again with seqmap export ct2 RUN_DIR --out DIR")
+
+
 @functools.lru_cache(maxsize=8)
 def _ids_of_pieces(tok) -> dict[str, int]:
     """Token string -> id for a tokenizer (built once per tokenizer: 4 ms for 8,000 pieces, a third of a
@@ -289,6 +344,10 @@ def translate_ct2_nbest(translator, src_tok, tgt_tok, sources: Sequence[Sequence
     for result, limit in zip(results, limits, strict=True):
         entries = []
         for j, hyp in enumerate(result.hypotheses):
+            unknown = [piece for piece in hyp[:limit] if piece not in ids_of]
+            if unknown:
+                raise HubError(f"the export generated {unknown[0]!r}, which is not a token of the run's target "
+                               "tokenizer: it is another run's export (check_export says which)")
             output = [ids_of[piece] for piece in hyp[:limit]]
             if scores:  # CTranslate2's score is the sum over (tokens, + EOS when finished) ** alpha
                 length = len(hyp) + 1 if len(hyp) < limit else len(hyp)

@@ -154,7 +154,7 @@ def _ct2_translator(args: argparse.Namespace, run):
     import torch
 
     from seqmap.hub import HubError
-    from seqmap.hub.ct2 import load_translator
+    from seqmap.hub.ct2 import check_export, load_translator
 
     if run.cfg.model.family != "transformer" or run.cfg.data.task != "translation":
         raise ServeError(f"--ct2 searches for Transformer translation runs; {args.run_dir} is "
@@ -162,6 +162,7 @@ def _ct2_translator(args: argparse.Namespace, run):
     compute_type = "int8" if args.quantize == "int8" else "default"
     try:
         translator = load_translator(args.ct2, threads=torch.get_num_threads(), compute_type=compute_type)
+        check_export(args.ct2, translator, run, quantized=args.quantize == "int8")
     except HubError as e:
         raise ServeError(str(e)) from None
     return translator, f"CTranslate2 ({args.ct2}, {translator.compute_type})"

@@ -15,7 +15,13 @@ pytest.importorskip("sentencepiece")
 from seqmap.config import DecodeConfig  # noqa: E402
 from seqmap.decoding.text import generate_nbest, lm_prompt, translate_ids, translate_nbest  # noqa: E402
 from seqmap.hub import HubError, import_hf  # noqa: E402
-from seqmap.hub.ct2 import export_ct2, load_translator, translate_ct2, translate_ct2_nbest  # noqa: E402
+from seqmap.hub.ct2 import (  # noqa: E402
+    check_export,
+    export_ct2,
+    load_translator,
+    translate_ct2,
+    translate_ct2_nbest,
+)
 from seqmap.runs import load_run  # noqa: E402
 
 from .test_gpt2 import tiny_gpt2  # noqa: E402
@@ -37,6 +43,7 @@ def test_a_marian_translates_greedily_as_seqmap_does(tmp_path, capsys):
     assert "(MarianMTModel for CTranslate2)" in capsys.readouterr().out
     run = load_run(tmp_path / "run")
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    check_export(tmp_path / "ct2", translator, run)  # the export has no PAD or BOS: scored without them
     for text in ["the cat sat on the mat", "a dog met a cat", "where is the log", "the dog is on the mat"]:
         ids = run.src_tok.encode(text)
         theirs = translator.translate_batch([run.src_tok.pieces(ids)], beam_size=1, max_decoding_length=30,
@@ -246,3 +253,30 @@ def test_what_ctranslate2_cannot_express_is_refused_in_one_line(tmp_path):
     rope = _trained(tmp_path / "rope", positional="rope")
     with pytest.raises(HubError, match=r"model.positional='rope' \(CTranslate2's encoder-decoder .* no CTranslate2"):
         export_ct2(rope, tmp_path / "ct2")
+
+
+def test_another_runs_export_is_refused_in_one_line(tmp_path, capsys):
+    import json
+
+    from seqmap.cli import main
+
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    run = _trained(tmp_path / "a")
+    other = _trained(tmp_path / "b", activation="relu")  # the same shapes and tokens, other weights
+    export_ct2(run, tmp_path / "ct2")
+    translator = load_translator(tmp_path / "ct2", threads=1)
+    check_export(tmp_path / "ct2", translator, run)  # its own run: no error
+    with pytest.raises(HubError, match=r"is not an export of .*: on a probe sentence its log-probabilities differ "
+                                       r"from the run's by [0-9.e-]+ on average \(at most 0.001 expected\)"):
+        check_export(tmp_path / "ct2", translator, other)
+    assert main(["translate", str(tmp_path / "b" / "run"), "a b", "--ct2", str(tmp_path / "ct2")]) == 2
+    err = capsys.readouterr().err
+    assert "is not an export of" in err and err.count("\n") == 1
+    vocabulary = tmp_path / "ct2" / "shared_vocabulary.json"
+    tokens = json.loads(vocabulary.read_text())
+    vocabulary.write_text(json.dumps([*tokens[:-1], "zebra"]))  # a token the run's tokenizer does not have
+    with pytest.raises(HubError, match=r"1 of its \d+ target tokens \(e.g. 'zebra'\) are not the run's"):
+        check_export(tmp_path / "ct2", translator, run)
+    vocabulary.unlink()
+    with pytest.raises(HubError, match="holds no readable CTranslate2 vocabulary"):
+        check_export(tmp_path / "ct2", translator, run)
