@@ -33,12 +33,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(run_dir):
-    """``python -m seqmap.serve RUN_DIR`` on a free loopback port; its base URL once /health answers."""
+def serving(run_dir, *options: str):
+    """``python -m seqmap.serve RUN_DIR [OPTIONS]`` on a free loopback port; its base URL once /health answers."""
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen([sys.executable, "-m", "seqmap.serve", str(run_dir), "--port", str(port),
-                                "--threads", "1", "--wait-ms", "2"], env=env, stdout=subprocess.PIPE,
+                                "--threads", "1", "--wait-ms", "2", *options], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -146,6 +146,21 @@ def test_translate_then_hover_highlights_the_attended_source_token(server, page)
         page.select_option("#layer-select", "1")
         page.hover("#output-tokens .out-token[data-index='1']")
         page.screenshot(path=screenshot, full_page=True)
+
+
+def test_the_page_says_when_the_export_searches(browser, translation_run, translation_run_dir, tmp_path):
+    pytest.importorskip("ctranslate2", reason="the ct2 extra is not installed: pip install -e \".[ct2]\"")
+    from seqmap.hub.ct2 import export_ct2
+
+    export_ct2(translation_run, tmp_path / "ct2")
+    with serving(translation_run_dir, "--ct2", str(tmp_path / "ct2")) as url, browser_page(browser, url) as page:
+        expect = sync_api.expect
+        expect(page.locator("#model-info")).to_contain_text(f"searched by CTranslate2 ({tmp_path / 'ct2'}, float32)")
+        page.fill("#source-text", "a b c d")
+        page.click("#translate-button")
+        api = httpx.post(f"{url}/translate", json={"text": "a b c d"}).json()["translations"][0]
+        expect(page.locator(".translation-item .translation")).to_have_text(api["translation"])
+        expect(page.locator("#heatmap td.cell")).not_to_have_count(0)  # attention, from the run itself
 
 
 def test_bad_input_shows_the_servers_message(page):

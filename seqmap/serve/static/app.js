@@ -63,7 +63,8 @@ async function init() {
   const task = info.task === "lm" ? "language model" : `${langs.source} → ${langs.target}`;
   $("model-info").textContent = `${info.family} ${task} · ${info.parameters.toLocaleString("en")} parameters · ` +
     `${info.vocabulary.tokenizer} vocabulary ${info.vocabulary.target}` +
-    (info.step === null ? "" : ` · step ${info.step}`);
+    (info.step === null ? "" : ` · step ${info.step}`) +
+    (info.decoder && info.decoder !== "seqmap" ? ` · searched by ${info.decoder}` : "");
   const decode = info.decode_defaults;
   if (info.task === "lm") {
     $("generate-panel").hidden = false;
