@@ -55,6 +55,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from seqmap.evaluation import check_documents, evaluate_files, rouge_line
 
     run = load(args)
+    if args.ct2 is not None and run.cfg.data.task != "translation":
+        raise UserError(f"--ct2 decodes translation runs; {args.run_dir} is data.task={run.cfg.data.task}: "
+                        "leave out --ct2")
     if run.cfg.data.task in ("graph", "speech", "classification", "image"):
         return evaluate_task(run, args)
     if args.src is None or args.ref is None:

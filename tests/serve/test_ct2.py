@@ -117,3 +117,13 @@ def test_what_cannot_work_is_a_one_line_error(request, tmp_path, capsys, run_fix
     assert main(parse(["serve", str(run_dir), "--ct2", str(tmp_path), *extra])) == 2  # tmp_path: no model
     err = capsys.readouterr().err
     assert err.startswith("seqmap: error: ") and words in err and err.count("\n") == 1
+
+
+def test_evaluate_refuses_ct2_for_other_tasks(lm_run_dir, tmp_path, capsys):
+    """`seqmap evaluate --ct2` on a run it cannot decode says so (it was ignored for classifiers and speech)."""
+    from seqmap.cli import main as cli_main
+
+    (tmp_path / "valid.txt").write_text("to be or not to be\n")
+    assert cli_main(["evaluate", str(lm_run_dir), "--data", str(tmp_path / "valid.txt"), "--ct2", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--ct2 decodes translation runs; " in err and "data.task=lm: leave out --ct2" in err
