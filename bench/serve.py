@@ -16,9 +16,9 @@ connection), requests per second over the timed requests, latency p50/p95 (send 
 mean requests per decoded batch read from the server's /health. The answers of every mode are compared
 with seqmap's one at a time, sentence by sentence (batching must not change a translation). ``--ct2``
 adds both modes served with the run's CTranslate2 export (``seqmap serve --ct2``; written first into a
-temporary directory): their greedy answers must be seqmap's too (beams rank by CTranslate2's rule). With ``--pin`` (the default on 2 cores or
-more) the server process runs on the first core and the load generator on the others, so that neither
-takes the other's CPU time; ``--no-pin`` lets both run anywhere.
+temporary directory): their greedy answers must be seqmap's too (beams rank by CTranslate2's rule).
+With ``--pin`` (the default on 2 cores or more) the server process runs on the first core and the load
+generator on the others, so that neither takes the other's CPU time; ``--no-pin`` lets both run anywhere.
 
 ``--soak`` times nothing: one batched server gets a mix of valid, invalid and oversized requests and
 clients that hang up mid-request (``soak``), and the script checks that every request was answered

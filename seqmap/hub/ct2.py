@@ -292,9 +292,9 @@ def translate_ct2_nbest(translator, src_tok, tgt_tok, sources: Sequence[Sequence
     """Per source, its ``n_best`` outputs decoded by CTranslate2, as ``Scored`` entries of ``translate_nbest``.
 
     As seqmap: a sentence of S tokens gets at most ``max_len_a * S + max_len_b`` tokens (EOS included);
-    PAD, BOS and UNK are never generated, EOS may come first (CTranslate2 bans it there by default); batches are cut at
-    ``decode.max_tokens`` source tokens times beams (CTranslate2 sorts the sentences by length first).
-    CTranslate2 takes one length limit per call, the longest of all; each output is then cut at its own
+    PAD, BOS and UNK are never generated, EOS may come first (CTranslate2 bans it there by default);
+    batches are cut at ``decode.max_tokens`` source tokens times beams (CTranslate2 sorts the sentences by
+    length first). CTranslate2 takes one length limit per call, the longest of all; each output is then cut at its own
     sentence's limit, which is exact for greedy decoding (a row's tokens do not depend on its limit
     until it is reached). Beam search ranks finished hypotheses by CTranslate2's rule (score / length **
     ``length_penalty``, stopping when the best is finished), not seqmap's GNMT one, so beam outputs can
@@ -344,11 +344,11 @@ def translate_ct2_nbest(translator, src_tok, tgt_tok, sources: Sequence[Sequence
     for result, limit in zip(results, limits, strict=True):
         entries = []
         for j, hyp in enumerate(result.hypotheses):
-            unknown = [piece for piece in hyp[:limit] if piece not in ids_of]
-            if unknown:
-                raise HubError(f"the export generated {unknown[0]!r}, which is not a token of the run's target "
-                               "tokenizer: it is another run's export (check_export says which)")
-            output = [ids_of[piece] for piece in hyp[:limit]]
+            try:
+                output = [ids_of[piece] for piece in hyp[:limit]]
+            except KeyError as e:
+                raise HubError(f"the export generated {e.args[0]!r}, which is not a token of the run's target "
+                               "tokenizer: it is another run's export (check_export says which)") from None
             if scores:  # CTranslate2's score is the sum over (tokens, + EOS when finished) ** alpha
                 length = len(hyp) + 1 if len(hyp) < limit else len(hyp)
                 entries.append(_scored(output, result.scores[j] * length ** alpha, length, decode))
