@@ -72,14 +72,12 @@ def ct2_decoder(run, args: argparse.Namespace, decode):
     import torch
 
     from seqmap.hub import HubError
-    from seqmap.hub.ct2 import check_export, load_translator, translate_ct2_nbest
+    from seqmap.hub.ct2 import open_export, translate_ct2_nbest
 
     if run.cfg.model.family != "transformer":
         raise UserError(f"--ct2 decodes Transformer runs; {args.run_dir} is model.family={run.cfg.model.family}")
-    compute_type = "int8" if args.quantize == "int8" else "default"
     try:
-        translator = load_translator(args.ct2, threads=torch.get_num_threads(), compute_type=compute_type)
-        check_export(args.ct2, translator, run, quantized=args.quantize == "int8")
+        translator = open_export(args.ct2, run, threads=torch.get_num_threads(), int8=args.quantize == "int8")
     except HubError as e:
         raise UserError(str(e)) from None
 

@@ -219,6 +219,14 @@ def load_translator(ct2_dir: str | os.PathLike, threads: int = 0, compute_type: 
                                   inter_threads=1)
 
 
+def open_export(ct2_dir: str | os.PathLike, run, *, threads: int = 0, int8: bool = False):
+    """The ``ctranslate2.Translator`` of ``run``'s export in ``ct2_dir`` (in int8 when asked), checked to be that
+    run's (``check_export``): what ``--ct2`` of translate, evaluate and serve opens. ``HubError`` if not."""
+    translator = load_translator(ct2_dir, threads=threads, compute_type="int8" if int8 else "default")
+    check_export(ct2_dir, translator, run, quantized=int8)
+    return translator
+
+
 PROBE_TOKENS = 8  # source and target tokens of the pair ``check_export`` scores in both runtimes
 
 

@@ -154,15 +154,13 @@ def _ct2_translator(args: argparse.Namespace, run):
     import torch
 
     from seqmap.hub import HubError
-    from seqmap.hub.ct2 import check_export, load_translator
+    from seqmap.hub.ct2 import open_export
 
     if run.cfg.model.family != "transformer" or run.cfg.data.task != "translation":
         raise ServeError(f"--ct2 searches for Transformer translation runs; {args.run_dir} is "
                          f"model.family={run.cfg.model.family}, data.task={run.cfg.data.task}: leave out --ct2")
-    compute_type = "int8" if args.quantize == "int8" else "default"
     try:
-        translator = load_translator(args.ct2, threads=torch.get_num_threads(), compute_type=compute_type)
-        check_export(args.ct2, translator, run, quantized=args.quantize == "int8")
+        translator = open_export(args.ct2, run, threads=torch.get_num_threads(), int8=args.quantize == "int8")
     except HubError as e:
         raise ServeError(str(e)) from None
     return translator, f"CTranslate2 ({args.ct2}, {translator.compute_type})"
