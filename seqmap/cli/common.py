@@ -63,36 +63,3 @@ def decode_config(run, args: argparse.Namespace):
         raise UserError(f"only --decode.* options can be overridden here, got --{other[0]}.*")
     values = {**to_dict(run.cfg.decode), **overrides.get("decode", {})}
     return from_dict(DecodeConfig, values, "decode")
-
-
-def ct2_decoder(run, args: argparse.Namespace, decode):
-    """``--ct2 DIR`` of translate and evaluate: (source ids, n_best) -> per source its n-best ``Scored`` id lists
-    (scored when n_best > 1), decoded by the run's CTranslate2 export (``seqmap.hub.ct2``) with torch's thread
-    count; ``--quantize int8`` runs the export in int8. A directory that holds another run's export is refused."""
-    import torch
-
-    from seqmap.hub import HubError
-    from seqmap.hub.ct2 import open_export, translate_ct2_nbest
-
-    if run.cfg.model.family != "transformer":
-        raise UserError(f"--ct2 decodes Transformer runs; {args.run_dir} is model.family={run.cfg.model.family}")
-    try:
-        translator = open_export(args.ct2, run, threads=torch.get_num_threads(), int8=args.quantize == "int8")
-    except HubError as e:
-        raise UserError(str(e)) from None
-
-    def decode_nbest(sources: list[list[int]], n_best: int = 1):
-        try:
-            return translate_ct2_nbest(translator, run.src_tok, run.tgt_tok, sources, decode, n_best=n_best,
-                                       scores=n_best > 1)
-        except HubError as e:
-            raise UserError(str(e)) from None
-
-    return decode_nbest
-
-
-def refuse_with_ct2(args: argparse.Namespace, options: dict[str, bool]) -> None:
-    """One line for the first option given (name -> given) that decoding with ``--ct2`` does not offer."""
-    for option, given in options.items():
-        if given:
-            raise UserError(f"{option} is not available with --ct2; leave out --ct2 to decode with seqmap")

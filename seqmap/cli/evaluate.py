@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from seqmap.cli.common import UserError, ct2_decoder, decode_config, load, refuse_with_ct2, run_parser
+from seqmap.cli.common import UserError, decode_config, load, run_parser
+from seqmap.cli.ct2 import ct2_decoder, refuse_with_ct2
 from seqmap.cli.evaluate_tasks import evaluate_task
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from seqmap.cli.common import UserError, ct2_decoder, decode_config, load, refuse_with_ct2, run_parser
+from seqmap.cli.common import UserError, decode_config, load, run_parser
+from seqmap.cli.ct2 import ct2_decoder, refuse_with_ct2
 
 
 def add_parser(commands) -> None:

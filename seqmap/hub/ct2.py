@@ -254,10 +254,10 @@ def check_export(ct2_dir: str | os.PathLike, translator, run, quantized: bool = 
                        f"tokens (e.g. {missing[0]!r}) are not the run's; write it again with "
                        "seqmap export ct2 RUN_DIR --out DIR")
     source_vocab = {str(piece) for piece in vocabularies[0]}
+    tgt_pieces = run.tgt_tok.pieces(range(run.tgt_tok.vocab_size))
     src = [i for i, p in enumerate(run.src_tok.pieces(range(run.src_tok.vocab_size)))
            if i not in NEVER_GENERATED and i != EOS and p in source_vocab][:PROBE_TOKENS]
-    tgt = [i for i, p in enumerate(run.tgt_tok.pieces(range(run.tgt_tok.vocab_size)))
-           if i not in NEVER_GENERATED and i != EOS and p in target][-PROBE_TOKENS:]
+    tgt = [i for i, p in enumerate(tgt_pieces) if i not in NEVER_GENERATED and i != EOS and p in target][-PROBE_TOKENS:]
     if not src or not tgt:
         return  # nothing to probe with; the token check above stands
     try:
@@ -269,7 +269,7 @@ def check_export(ct2_dir: str | os.PathLike, translator, run, quantized: bool = 
     with torch.no_grad():
         logits = run.model(torch.tensor([src], device=device), None, torch.tensor([[BOS, *tgt]], device=device))
     logits = logits[0].float()
-    absent = [i for i, piece in enumerate(run.tgt_tok.pieces(range(run.tgt_tok.vocab_size))) if piece not in target]
+    absent = [i for i, piece in enumerate(tgt_pieces) if piece not in target]
     if absent:  # ids the export has no token for (an imported Marian's PAD and BOS) are not in its softmax
         logits = logits.index_fill(-1, torch.tensor(absent, device=device), float("-inf"))
     ours = logits.log_softmax(-1).gather(1, torch.tensor([*tgt, EOS], device=device)[:, None])

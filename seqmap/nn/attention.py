@@ -134,8 +134,9 @@ def mix_values(weights: Tensor, v: Tensor) -> Tensor:
     On the CPU PyTorch multiplies batches of matrices smaller than ``SCALAR_BMM_BELOW`` multiply-adds
     (T S Dv) with a scalar loop instead of MKL: one decoding query over at most 12 keys of 32 dimensions
     (the first steps of every self-attention cache, the short sources of a test set). There its loop
-    reads the values column by column and ran 1.5x to 4x slower than multiplying elementwise and summing
-    over S, which is what this does for one query per row at inference (docs/benchmarks.md, issue 18).
+    reads the values column by column and ran 1.7x to 3.8x slower (one thread) than multiplying
+    elementwise and summing over S, which is what this does for one query per row at inference
+    (docs/benchmarks.md, issue 18).
     """
     t, s, dv = weights.size(-2), weights.size(-1), v.size(-1)
     if (t == 1 and s * dv < SCALAR_BMM_BELOW and weights.device.type == "cpu"

@@ -123,8 +123,7 @@ class Engine:
     def check_attention_size(self, texts: list[str]) -> None:
         """Refuse (422, field ``attention``) a /translate request whose attention could pass the limit."""
         d = self.decode
-        sources = [max(len(truncate_source(self.run.src_tok.encode(t), self.run.cfg.data.max_src_len)), 1)
-                   for t in texts]
+        sources = self._source_lengths(texts)
         bound = self.attention_bound(sources, [int(d.max_len_a * s + d.max_len_b) for s in sources])
         self._refuse_over(bound, "send fewer or shorter texts, or attention=false")
 
@@ -138,12 +137,16 @@ class Engine:
         if self.translator is None:
             return
         d, rows = self.decode, self.run.cfg.model.max_len
-        for i, text in enumerate(texts):
-            source = max(len(truncate_source(self.run.src_tok.encode(text), self.run.cfg.data.max_src_len)), 1)
+        for i, source in enumerate(self._source_lengths(texts)):
             longest = max(source, int(d.max_len_a * source + d.max_len_b))
             if longest > rows:
                 raise RequestError(f"text {i} could need {longest} positions; this server's CTranslate2 export has "
                                    f"{rows} (model.max_len): send a shorter text", "text")
+
+    def _source_lengths(self, texts: list[str]) -> list[int]:
+        """Source tokens each text is read as (truncated as decoding truncates it; an empty text reads one EOS)."""
+        return [max(len(truncate_source(self.run.src_tok.encode(t), self.run.cfg.data.max_src_len)), 1)
+                for t in texts]
 
     def _refuse_over(self, bound: int, fix: str) -> None:
         if bound > self.limits.max_attention_weights:
