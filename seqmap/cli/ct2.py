@@ -1,4 +1,4 @@
-"""``--ct2 DIR`` of translate and evaluate: decode with the run's CTranslate2 export (``seqmap.hub.ct2``)."""
+"""``--ct2 DIR`` of translate, evaluate and generate: decode with the run's CTranslate2 export (``seqmap.hub.ct2``)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,27 @@ def ct2_decoder(run, args: argparse.Namespace, decode):
             raise UserError(str(e)) from None
 
     return decode_nbest
+
+
+def ct2_generate(run, args: argparse.Namespace, decode, prompts: list[list[int]], sample: bool):
+    """``seqmap generate --ct2 DIR``: per prompt (ids) its continuation (ids) by the LM's CTranslate2 export,
+    greedy (seqmap's outputs), beam or sampled (CTranslate2's random numbers, seeded by ``--seed``)."""
+    import torch
+
+    from seqmap.hub import HubError
+    from seqmap.hub.ct2 import export_positions, generate_ct2_nbest, open_export
+
+    if run.cfg.model.family != "lm":
+        raise UserError(f"--ct2 generates with decoder-only Transformer LMs; {args.run_dir} is "
+                        f"model.family={run.cfg.model.family}: leave out --ct2")
+    try:
+        generator = open_export(args.ct2, run, threads=torch.get_num_threads(), int8=args.quantize == "int8",
+                                seed=args.seed)
+        nbest = generate_ct2_nbest(generator, run.tgt_tok, prompts, decode, sample=sample,
+                                   positions=export_positions(run))
+    except HubError as e:
+        raise UserError(str(e)) from None
+    return [entries[0].output for entries in nbest]
 
 
 def refuse_with_ct2(args: argparse.Namespace, options: dict[str, bool]) -> None:

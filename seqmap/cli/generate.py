@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from seqmap.cli.common import UserError, decode_config, load, run_parser
+from seqmap.cli.ct2 import ct2_generate
 
 
 def add_parser(commands) -> None:
@@ -17,11 +18,14 @@ def add_parser(commands) -> None:
     generate.add_argument("--seed", type=int, default=0, help="sampling seed (same seed, same text)")
     generate.add_argument("--greedy", action="store_true",
                           help="search (greedy, or beam with --decode.beam_size) instead of sampling")
+    generate.add_argument("--ct2", metavar="DIR",
+                          help="generate with this CTranslate2 export of the run (seqmap export ct2 RUN_DIR --out "
+                               "DIR); greedy outputs are seqmap's, samples CTranslate2's; --quantize int8: in int8")
     generate.set_defaults(handler=cmd_generate)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from seqmap.decoding.text import generate_texts
+    from seqmap.decoding.text import generate_texts, lm_prompt
 
     run = load(args)
     if run.cfg.data.task in ("classification", "image"):
@@ -31,6 +35,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if run.src_tok is not None:
         raise UserError(f"{args.run_dir} is a translation model; use `seqmap translate` instead")
     decode = decode_config(run, args)
+    if args.ct2 is not None:
+        (output,) = ct2_generate(run, args, decode, [lm_prompt(run.tgt_tok, args.prompt)], sample=not args.greedy)
+        print(args.prompt + run.tgt_tok.decode(output))
+        return 0
     (text,) = generate_texts(run.model, run.tgt_tok, [args.prompt], decode, sample=not args.greedy, seed=args.seed,
                              device=run.device)
     print(args.prompt + text)

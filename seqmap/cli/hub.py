@@ -37,8 +37,9 @@ def add_parser(commands) -> None:
         epilog="examples:\n  seqmap export hf runs/gpt2-finetuned --out exported/gpt2-finetuned\n"
                "  seqmap export hf runs/opus-en-zh --out exported/opus-en-zh\n"
                "  seqmap export ct2 runs/opus-en-zh --out ct2/opus-en-zh --quantization int8")
-    e.add_argument("format", choices=["hf", "ct2"], help="hf: Hugging Face transformers; ct2: CTranslate2 (through "
-                                                          "the hf export and CTranslate2's converter)")
+    e.add_argument("format", choices=["hf", "ct2"], help="hf: Hugging Face transformers; ct2: CTranslate2 (a "
+                                                          "seqmap-trained Transformer or LM directly, an imported "
+                                                          "model through the hf export)")
     e.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its best checkpoint) or a checkpoint")
     e.add_argument("--out", required=True, help="the directory to write")
     e.add_argument("--checkpoint", default="best", help="best (default), last, or a checkpoint directory")
@@ -77,6 +78,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
     what = FAMILIES[run.cfg.model.family]
     if args.format == "ct2":
-        what = ("Transformer" if writes_spec(run) else what) + " for CTranslate2"
+        if writes_spec(run):
+            what = "Transformer" if run.cfg.model.family == "transformer" else "decoder-only Transformer"
+        what += " for CTranslate2"
     print(f"exported {run.checkpoint} to {out} ({what})")
     return 0

@@ -2,19 +2,22 @@
 
 Two routes, one per kind of run:
 
-* **A seqmap-trained Transformer** (``family: transformer`` with seqmap's own tokenizer) is written straight
-  into CTranslate2's model specification (``ctranslate2.specs.TransformerSpec``: its public API for
-  converters), weight by weight: pre- or post-LN, LayerNorm or RMSNorm with the run's epsilon, sinusoidal
-  (either column layout) or learned positions as an explicit table, the run's embedding scale, relu, gelu,
-  gelu_tanh or silu, shared or separate vocabularies, a tied or separate output layer and its bias. The
-  vocabulary is the tokenizer's pieces in id order, so ids stay seqmap's (0 PAD, 1 BOS = the decoder
-  start, 2 EOS, 3 UNK). ``translate_ct2`` decodes with it as ``seqmap translate`` decodes with the run
-  (the same length limit per sentence, PAD, BOS and UNK never generated): ``seqmap translate RUN --ct2 DIR``.
-* **Anything else** (an imported MarianMT, a decoder-only LM) is exported in the ``transformers`` format
-  first (``seqmap.hub.export``: GPT-2 or MarianMT), into a temporary directory, and CTranslate2's own
-  converter (``ctranslate2.converters.TransformersConverter``) turns that into ``DIR``. CTranslate2's
-  MarianMT reading assumes that the pad token is the vocabulary's last id and that the decoder starts from
-  a zero embedding; both hold for an imported OPUS-MT model, and are checked.
+* **A seqmap-trained Transformer or decoder-only LM** (``family: transformer`` or ``lm`` with seqmap's own
+  tokenizer) is written straight into CTranslate2's model specification (``ctranslate2.specs.TransformerSpec``
+  or ``TransformerDecoderModelSpec``: its public API for converters), weight by weight: pre- or post-LN,
+  LayerNorm or RMSNorm with the run's epsilon, sinusoidal (either column layout) or learned positions as an
+  explicit table (an LM also: none, rope, ALiBi, and grouped key/value heads), the run's embedding scale,
+  relu, gelu, gelu_tanh, silu or swiglu, shared or separate vocabularies, a tied or separate output layer and
+  its bias. The vocabulary is the tokenizer's pieces in id order, so ids stay seqmap's (0 PAD, 1 BOS = the
+  decoder start, 2 EOS, 3 UNK). ``translate_ct2`` decodes with it as ``seqmap translate`` decodes with the
+  run (the same length limit per sentence, PAD, BOS and UNK never generated): ``seqmap translate RUN --ct2
+  DIR``; ``generate_ct2_nbest`` continues prompts as ``seqmap generate`` does: ``seqmap generate RUN --ct2
+  DIR``.
+* **An imported model** (a MarianMT, a GPT-2) is exported in the ``transformers`` format first
+  (``seqmap.hub.export``), into a temporary directory, and CTranslate2's own converter
+  (``ctranslate2.converters.TransformersConverter``) turns that into ``DIR``. CTranslate2's MarianMT reading
+  assumes that the pad token is the vocabulary's last id and that the decoder starts from a zero embedding;
+  both hold for an imported OPUS-MT model, and are checked.
 
 Load the result with ``ctranslate2.Translator`` (a translation run) or ``ctranslate2.Generator`` (a language
 model); both take token strings: the run's tokenizer's ``pieces``. Options CTranslate2 has no equivalent for
@@ -43,7 +46,7 @@ from seqmap.hub.source import HubError
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 # seqmap's feed-forward activations and CTranslate2's names for them (ctranslate2.specs.Activation)
-_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "silu": "SWISH"}
+_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "silu": "SWISH", "swiglu": "SWISH"}
 
 
 def _ctranslate2():
@@ -63,7 +66,7 @@ def export_ct2(run, out_dir: str | os.PathLike, quantization: str | None = None)
     if out.exists() and any(out.iterdir()):
         raise HubError(f"{out} exists and is not empty; choose another --out directory")
     if writes_spec(run):
-        spec = transformer_spec(run)
+        spec = transformer_spec(run) if run.cfg.model.family == "transformer" else lm_spec(run)
         spec.validate()
         spec.optimize(quantization=quantization)
         out.mkdir(parents=True, exist_ok=True)
@@ -86,8 +89,8 @@ def export_ct2(run, out_dir: str | os.PathLike, quantization: str | None = None)
 
 def writes_spec(run) -> bool:
     """Whether ``export_ct2`` writes the run straight into CTranslate2's specification (a seqmap-trained
-    Transformer) rather than through the hf export and CTranslate2's converter."""
-    return run.cfg.model.family == "transformer" and not isinstance(run.tgt_tok, HFTokenizer)
+    Transformer or decoder-only LM) rather than through the hf export and CTranslate2's converter."""
+    return run.cfg.model.family in ("transformer", "lm") and not isinstance(run.tgt_tok, HFTokenizer)
 
 
 def _marian_readable(run) -> str | None:
@@ -100,8 +103,6 @@ def _marian_readable(run) -> str | None:
         if bool(run.model.state_dict()["decoder.embedding.table.weight"][BOS].abs().max() > 0):
             return ("CTranslate2 starts a MarianMT decoder from a zero embedding, but this run's start (BOS) "
                     "embedding is not zero (it was fine-tuned in seqmap)")
-    elif run.cfg.model.family == "lm" and tok.kind not in ("char", "word", "hf"):
-        return f"its {tok.kind} tokenizer is not exported in a form transformers loads (tokenizer.json)"
     return None
 
 
@@ -109,17 +110,20 @@ def _marian_readable(run) -> str | None:
 
 
 def _spec_compatible(m: ModelConfig) -> str | None:
-    """Why a seqmap Transformer has no CTranslate2 equivalent (None when it has one)."""
-    if m.positional not in ("sinusoidal", "learned"):
-        return (f"model.positional={m.positional!r} (CTranslate2's encoder-decoder Transformer adds absolute "
-                "positions: sinusoidal or learned)")
+    """Why a seqmap Transformer or decoder-only LM has no CTranslate2 equivalent (None when it has one)."""
+    positions = ("sinusoidal", "learned", "none", "rope", "alibi") if m.family == "lm" else ("sinusoidal", "learned")
+    if m.positional not in positions:
+        return (f"model.positional={m.positional!r} (CTranslate2's {_KINDS[m.family]} takes {', '.join(positions)})")
     if m.activation not in _ACTIVATIONS:
         return f"model.activation={m.activation!r} (CTranslate2 takes {', '.join(_ACTIVATIONS)} here)"
-    if m.n_kv_heads not in (None, m.n_heads):
+    if m.family == "transformer" and m.n_kv_heads not in (None, m.n_heads):
         return f"model.n_kv_heads={m.n_kv_heads} (exported with one key/value head per query head only)"
     if m.copy:
         return "model.copy=true (CTranslate2 has no pointer-generator copy head)"
     return None
+
+
+_KINDS = {"transformer": "encoder-decoder Transformer", "lm": "decoder-only model"}
 
 
 def _vocabulary(tok, side: str) -> list[str]:
@@ -139,63 +143,92 @@ def _positions(positional, rows: int, d_model: int) -> Tensor:
         return positional.embed(torch.zeros(1, rows, d_model)).squeeze(0)
 
 
-def transformer_spec(run):
-    """A seqmap-trained Transformer as a ``ctranslate2.specs.TransformerSpec`` (not yet validated or saved)."""
-    from ctranslate2.specs import Activation, TransformerSpec
+class _Weights:
+    """Copies a run's weights, by seqmap's state-dict names, into the layers of a CTranslate2 specification."""
 
-    m = run.cfg.model
-    why = _spec_compatible(m)
+    def __init__(self, run):
+        self.m = run.cfg.model
+        self.sd = {k: v.detach().float().contiguous() for k, v in run.model.state_dict().items()}
+
+    def linear(self, dst, prefix: str, rows: slice = slice(None)) -> None:
+        dst.weight = self.sd[f"{prefix}.weight"][rows].contiguous()
+        if f"{prefix}.bias" in self.sd:
+            dst.bias = self.sd[f"{prefix}.bias"][rows].contiguous()
+
+    def norm(self, dst, prefix: str) -> None:
+        dst.gamma = self.sd[f"{prefix}.weight"]
+        if f"{prefix}.bias" in self.sd:  # RMSNorm has none
+            dst.beta = self.sd[f"{prefix}.bias"]
+
+    def attention(self, dst, prefix: str, cross: bool = False) -> None:
+        if cross:  # CTranslate2: queries, then keys and values fused, then the output
+            d = self.m.d_model
+            self.linear(dst.linear[0], f"{prefix}.in_proj", slice(0, d))
+            self.linear(dst.linear[1], f"{prefix}.in_proj", slice(d, None))
+        else:  # queries, keys and values fused as in seqmap (rows: H heads, then Hkv, then Hkv)
+            self.linear(dst.linear[0], f"{prefix}.in_proj")
+        self.linear(dst.linear[-1], f"{prefix}.out_proj")
+
+    def feed_forward(self, dst, prefix: str) -> None:
+        if self.m.activation == "swiglu":  # seqmap's w1 holds W_gate then W_up; CTranslate2 keeps them apart
+            f = self.m.d_ff
+            self.linear(dst.linear_0, f"{prefix}.w1", slice(0, f))
+            self.linear(dst.linear_0_noact, f"{prefix}.w1", slice(f, None))
+        else:
+            self.linear(dst.linear_0, f"{prefix}.w1")
+        self.linear(dst.linear_1, f"{prefix}.w2")
+
+    def embeddings(self, stack, prefix: str, ours, table: bool = True) -> None:
+        """Token table, embedding scale and (``table``) the positions added to the embeddings."""
+        embeddings = stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings
+        embeddings.weight = self.sd[f"{prefix}embedding.table.weight"]
+        stack.scale_embeddings = float(ours.embedding.scale)
+        if table:
+            stack.position_encodings.encodings = _positions(ours.positional, self.m.max_len, self.m.d_model)
+
+    def output(self, projection, prefix: str) -> None:
+        projection.weight = self.sd[f"{prefix}output.weight"]
+        if self.m.output_bias:
+            projection.bias = self.sd[f"{prefix}output.bias"]
+
+
+def _refuse_incompatible(run) -> None:
+    why = _spec_compatible(run.cfg.model)
     if why is not None:
         raise HubError(f"{run.checkpoint}: {why}; this model has no CTranslate2 equivalent")
+
+
+def _common(m: ModelConfig) -> dict:
+    """``from_config`` options both specifications share."""
+    from ctranslate2.specs import Activation
+
+    return {"pre_norm": m.norm_position == "pre", "activation": getattr(Activation, _ACTIVATIONS[m.activation]),
+            "ffn_glu": m.activation == "swiglu", "rms_norm": m.norm == "rmsnorm"}
+
+
+def transformer_spec(run):
+    """A seqmap-trained Transformer as a ``ctranslate2.specs.TransformerSpec`` (not yet validated or saved)."""
+    from ctranslate2.specs import TransformerSpec
+
+    _refuse_incompatible(run)
+    m = run.cfg.model
     src_tokens, tgt_tokens = _vocabulary(run.src_tok, "source"), _vocabulary(run.tgt_tok, "target")
-    pre = m.norm_position == "pre"
-    spec = TransformerSpec.from_config((m.enc_layers, m.dec_layers), m.n_heads, pre_norm=pre,
-                                       activation=getattr(Activation, _ACTIVATIONS[m.activation]),
-                                       rms_norm=m.norm == "rmsnorm")
-    sd = {k: v.detach().float().contiguous() for k, v in run.model.state_dict().items()}
-    model = run.model
-
-    def linear(dst, prefix: str, rows: slice = slice(None)) -> None:
-        dst.weight = sd[f"{prefix}.weight"][rows].contiguous()
-        if f"{prefix}.bias" in sd:
-            dst.bias = sd[f"{prefix}.bias"][rows].contiguous()
-
-    def norm(dst, prefix: str) -> None:
-        dst.gamma = sd[f"{prefix}.weight"]
-        if f"{prefix}.bias" in sd:  # RMSNorm has none
-            dst.beta = sd[f"{prefix}.bias"]
-
-    def attention(dst, prefix: str, cross: bool) -> None:
-        if cross:  # CTranslate2: queries, then keys and values fused, then the output
-            d = m.d_model
-            linear(dst.linear[0], f"{prefix}.in_proj", slice(0, d))
-            linear(dst.linear[1], f"{prefix}.in_proj", slice(d, 3 * d))
-        else:
-            linear(dst.linear[0], f"{prefix}.in_proj")
-        linear(dst.linear[-1], f"{prefix}.out_proj")
-
-    max_positions = m.max_len
+    spec = TransformerSpec.from_config((m.enc_layers, m.dec_layers), m.n_heads, **_common(m))
+    w = _Weights(run)
     for side, stack, layers in (("encoder", spec.encoder, m.enc_layers), ("decoder", spec.decoder, m.dec_layers)):
-        ours = getattr(model, side)
-        embeddings = stack.embeddings[0] if side == "encoder" else stack.embeddings
-        embeddings.weight = sd[f"{side}.embedding.table.weight"]
-        stack.scale_embeddings = float(ours.embedding.scale)
-        stack.position_encodings.encodings = _positions(ours.positional, max_positions, m.d_model)
-        if pre:
-            norm(stack.layer_norm, f"{side}.final_norm")
+        w.embeddings(stack, f"{side}.", getattr(run.model, side))
+        if m.norm_position == "pre":
+            w.norm(stack.layer_norm, f"{side}.final_norm")
         for i in range(layers):
             layer, p = stack.layer[i], f"{side}.layers.{i}"
-            attention(layer.self_attention, f"{p}.self_attn", cross=False)
-            norm(layer.self_attention.layer_norm, f"{p}.norm1")
+            w.attention(layer.self_attention, f"{p}.self_attn")
+            w.norm(layer.self_attention.layer_norm, f"{p}.norm1")
             if side == "decoder":
-                attention(layer.attention, f"{p}.cross_attn", cross=True)
-                norm(layer.attention.layer_norm, f"{p}.norm2")
-            linear(layer.ffn.linear_0, f"{p}.ff.w1")
-            linear(layer.ffn.linear_1, f"{p}.ff.w2")
-            norm(layer.ffn.layer_norm, f"{p}.norm3" if side == "decoder" else f"{p}.norm2")
-    spec.decoder.projection.weight = sd["decoder.output.weight"]
-    if m.output_bias:
-        spec.decoder.projection.bias = sd["decoder.output.bias"]
+                w.attention(layer.attention, f"{p}.cross_attn", cross=True)
+                w.norm(layer.attention.layer_norm, f"{p}.norm2")
+            w.feed_forward(layer.ffn, f"{p}.ff")
+            w.norm(layer.ffn.layer_norm, f"{p}.norm3" if side == "decoder" else f"{p}.norm2")
+    w.output(spec.decoder.projection, "decoder.")
     spec.config.layer_norm_epsilon = m.norm_eps
     pieces = run.tgt_tok.pieces([BOS, EOS, UNK])
     spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = pieces
@@ -205,76 +238,145 @@ def transformer_spec(run):
     return spec
 
 
+def lm_spec(run):
+    """A seqmap-trained decoder-only LM as a ``ctranslate2.specs.TransformerDecoderModelSpec`` (not yet validated
+    or saved). Positions added to the embeddings (sinusoidal, learned, none) are written as a table of
+    ``model.max_len`` rows, the most tokens the export reads; rope (half-split, as seqmap's) and ALiBi are
+    computed in its attention, at any length."""
+    from ctranslate2.specs import TransformerDecoderModelSpec
+
+    _refuse_incompatible(run)
+    m = run.cfg.model
+    tokens = _vocabulary(run.tgt_tok, "LM")
+    options = _common(m)
+    if m.n_kv_heads not in (None, m.n_heads):
+        options["num_heads_kv"] = m.n_kv_heads
+    if m.positional == "rope":
+        options.update(rotary_dim=m.d_model // m.n_heads, rotary_interleave=False, rotary_base=m.rope_base)
+    elif m.positional == "alibi":
+        options.update(alibi=True)
+    spec = TransformerDecoderModelSpec.from_config(m.dec_layers, m.n_heads, **options)
+    w, decoder = _Weights(run), spec.decoder
+    w.embeddings(decoder, "", run.model, table=m.positional not in ("rope", "alibi"))
+    if m.norm_position == "pre":
+        w.norm(decoder.layer_norm, "final_norm")
+    for i in range(m.dec_layers):
+        layer, p = decoder.layer[i], f"layers.{i}"
+        w.attention(layer.self_attention, f"{p}.self_attn")
+        w.norm(layer.self_attention.layer_norm, f"{p}.norm1")
+        w.feed_forward(layer.ffn, f"{p}.ff")
+        w.norm(layer.ffn.layer_norm, f"{p}.norm2")
+    w.output(decoder.projection, "")
+    spec.config.layer_norm_epsilon = m.norm_eps
+    spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = run.tgt_tok.pieces([BOS, EOS, UNK])
+    spec.register_vocabulary(tokens)
+    return spec
+
+
 # -- decoding with an exported run ----------------------------------------------------------------------
 
 
-def load_translator(ct2_dir: str | os.PathLike, threads: int = 0, compute_type: str = "default"):
-    """``ctranslate2.Translator`` on the CPU for a directory ``export_ct2`` wrote; one line when it is not one."""
+def _load(kind: str, ct2_dir: str | os.PathLike, threads: int, compute_type: str):
     ctranslate2 = _ctranslate2()
     path = Path(ct2_dir)
     if not (path / "model.bin").is_file():
         raise HubError(f"{path} holds no CTranslate2 model (no model.bin); write one with "
                        "seqmap export ct2 RUN_DIR --out DIR")
-    return ctranslate2.Translator(str(path), device="cpu", compute_type=compute_type, intra_threads=threads,
-                                  inter_threads=1)
+    try:
+        return getattr(ctranslate2, kind)(str(path), device="cpu", compute_type=compute_type,
+                                          intra_threads=threads, inter_threads=1)
+    except (RuntimeError, ValueError) as e:  # e.g. a Translator's export opened as a Generator
+        raise HubError(f"{path} does not open as a CTranslate2 {kind}: {' '.join(str(e).split())[:200]}; "
+                       "write it again with seqmap export ct2 RUN_DIR --out DIR") from None
 
 
-def open_export(ct2_dir: str | os.PathLike, run, *, threads: int = 0, int8: bool = False):
-    """The ``ctranslate2.Translator`` of ``run``'s export in ``ct2_dir`` (in int8 when asked), checked to be that
-    run's (``check_export``): what ``--ct2`` of translate, evaluate and serve opens. ``HubError`` if not."""
-    translator = load_translator(ct2_dir, threads=threads, compute_type="int8" if int8 else "default")
-    check_export(ct2_dir, translator, run, quantized=int8)
-    return translator
+def load_translator(ct2_dir: str | os.PathLike, threads: int = 0, compute_type: str = "default"):
+    """``ctranslate2.Translator`` on the CPU for a directory ``export_ct2`` wrote; one line when it is not one."""
+    return _load("Translator", ct2_dir, threads, compute_type)
+
+
+def load_generator(ct2_dir: str | os.PathLike, threads: int = 0, compute_type: str = "default"):
+    """``ctranslate2.Generator`` (a language model's export) on the CPU; one line when it is not one."""
+    return _load("Generator", ct2_dir, threads, compute_type)
+
+
+def open_export(ct2_dir: str | os.PathLike, run, *, threads: int = 0, int8: bool = False, seed: int | None = None):
+    """The ``ctranslate2.Translator`` (a translation run) or ``ctranslate2.Generator`` (a decoder-only LM) of
+    ``run``'s export in ``ct2_dir`` (in int8 when asked), checked to be that run's (``check_export``): what
+    ``--ct2`` of translate, evaluate, generate and serve opens. ``HubError`` if not.
+
+    ``seed``: CTranslate2's sampling seed; it takes hold in the threads of a model opened after it is set,
+    so the same seed gives the same samples from the model opened here."""
+    if seed is not None:
+        _ctranslate2().set_random_seed(seed)
+    load = load_generator if run.src_tok is None else load_translator
+    model = load(ct2_dir, threads=threads, compute_type="int8" if int8 else "default")
+    check_export(ct2_dir, model, run, quantized=int8)
+    return model
 
 
 PROBE_TOKENS = 8  # source and target tokens of the pair ``check_export`` scores in both runtimes
 
 
-def check_export(ct2_dir: str | os.PathLike, translator, run, quantized: bool = False) -> None:
+def check_export(ct2_dir: str | os.PathLike, model, run, quantized: bool = False) -> None:
     """One line (``HubError``) unless ``ct2_dir`` holds an export of ``run`` (its checkpoint, not another's).
 
+    ``model``: the export's ``ctranslate2.Translator`` (a translation run) or ``ctranslate2.Generator`` (an LM).
     Two checks, a few milliseconds: every output token of the export is a piece of the run's target
-    tokenizer (so outputs map back to its ids), and the export scores a probe pair (the first
-    ``PROBE_TOKENS`` ordinary pieces as source, the last as target) as the run's model does: the mean
-    difference of the per-token log-probabilities at most 1e-3, or 0.1 when either side is quantized
-    (int8 moved them by 0.01 on the Multi30k run; another checkpoint moves them by far more).
+    tokenizer (so outputs map back to its ids), and the export scores a probe (a pair: the first
+    ``PROBE_TOKENS`` ordinary pieces as source, the last as target; for an LM the last as its text) as the
+    run's model does: the mean difference of the per-token log-probabilities at most 1e-3, or 0.1 when either
+    side is quantized (int8 moved them by 0.01 on the Multi30k run; another checkpoint moves them by far more).
     """
     path = Path(ct2_dir)
-    names = ("shared_vocabulary.json",) if (path / "shared_vocabulary.json").is_file() else (
-        "source_vocabulary.json", "target_vocabulary.json")
+    lm = run.src_tok is None
+    names = (("vocabulary.json",) if lm else ("shared_vocabulary.json",)
+             if (path / "shared_vocabulary.json").is_file() else ("source_vocabulary.json", "target_vocabulary.json"))
     try:
         vocabularies = [json.loads((path / name).read_text(encoding="utf-8")) for name in names]
     except (OSError, ValueError) as e:
-        raise HubError(f"{path} holds no readable CTranslate2 vocabulary ({e}); write it again with "
-                       "seqmap export ct2 RUN_DIR --out DIR") from None
+        what = "language model's" if lm else "translation model's"
+        raise HubError(f"{path} holds no readable CTranslate2 vocabulary for a {what} export ({e}); write it "
+                       "again with seqmap export ct2 RUN_DIR --out DIR") from None
     target = {str(piece) for piece in vocabularies[-1]}
     missing = sorted(target - set(_ids_of_pieces(run.tgt_tok)))
     if missing:
         raise HubError(f"{path} is not an export of {run.checkpoint}: {len(missing)} of its {len(target)} target "
                        f"tokens (e.g. {missing[0]!r}) are not the run's; write it again with "
                        "seqmap export ct2 RUN_DIR --out DIR")
-    source_vocab = {str(piece) for piece in vocabularies[0]}
     tgt_pieces = run.tgt_tok.pieces(range(run.tgt_tok.vocab_size))
-    src = [i for i, p in enumerate(run.src_tok.pieces(range(run.src_tok.vocab_size)))
-           if i not in NEVER_GENERATED and i != EOS and p in source_vocab][:PROBE_TOKENS]
     tgt = [i for i, p in enumerate(tgt_pieces) if i not in NEVER_GENERATED and i != EOS and p in target][-PROBE_TOKENS:]
-    if not src or not tgt:
-        return  # nothing to probe with; the token check above stands
+    device = next(run.model.parameters()).device
     try:
-        theirs = translator.score_batch([run.src_tok.pieces(src)], [run.tgt_tok.pieces(tgt)])[0].log_probs
+        if lm:
+            src = None
+            if len(tgt) < 2:
+                return  # nothing to probe with; the token check above stands
+            theirs = model.score_batch([run.tgt_tok.pieces(tgt)])[0].log_probs
+        else:
+            source_vocab = {str(piece) for piece in vocabularies[0]}
+            src = [i for i, p in enumerate(run.src_tok.pieces(range(run.src_tok.vocab_size)))
+                   if i not in NEVER_GENERATED and i != EOS and p in source_vocab][:PROBE_TOKENS]
+            if not src or not tgt:
+                return
+            theirs = model.score_batch([run.src_tok.pieces(src)], [run.tgt_tok.pieces(tgt)])[0].log_probs
     except RuntimeError as e:
         raise HubError(f"CTranslate2 could not score a probe sentence with {path}: "
                        f"{' '.join(str(e).split())[:200]}") from None
-    device = next(run.model.parameters()).device
     with torch.no_grad():
-        logits = run.model(torch.tensor([src], device=device), None, torch.tensor([[BOS, *tgt]], device=device))
-    logits = logits[0].float()
+        if lm:  # the export scores each token after the first
+            logits = run.model(None, None, torch.tensor([tgt], device=device))[0, :-1].float()
+            scored = tgt[1:]
+        else:  # each target token, then EOS, after BOS
+            logits = run.model(torch.tensor([src], device=device), None,
+                               torch.tensor([[BOS, *tgt]], device=device))[0].float()
+            scored = [*tgt, EOS]
     absent = [i for i, piece in enumerate(tgt_pieces) if piece not in target]
     if absent:  # ids the export has no token for (an imported Marian's PAD and BOS) are not in its softmax
         logits = logits.index_fill(-1, torch.tensor(absent, device=device), float("-inf"))
-    ours = logits.log_softmax(-1).gather(1, torch.tensor([*tgt, EOS], device=device)[:, None])
+    ours = logits.log_softmax(-1).gather(1, torch.tensor(scored, device=device)[:, None])
     difference = float((torch.tensor(theirs, device=device) - ours.squeeze(1)).abs().mean())
-    tolerance = 0.1 if quantized or "int8" in translator.compute_type else 1e-3
+    tolerance = 0.1 if quantized or "int8" in model.compute_type else 1e-3
     if not difference <= tolerance:
         raise HubError(f"{path} is not an export of {run.checkpoint}: on a probe sentence its log-probabilities "
                        f"differ from the run's by {difference:.3g} on average (at most {tolerance:g} expected); "
@@ -368,3 +470,80 @@ def translate_ct2_nbest(translator, src_tok, tgt_tok, sources: Sequence[Sequence
 
 def _scored(output: list[int], score: float, length: int, decode: DecodeConfig) -> Scored:
     return Scored(output, score, score / length_norm(length, decode.length_penalty, decode.beam_ranking))
+
+
+def export_positions(run) -> int | None:
+    """The most tokens (prompt and output) the run's export reads: ``model.max_len`` rows of its position table,
+    or None (any number) for rope and ALiBi."""
+    return None if run.cfg.model.positional in ("rope", "alibi") else run.cfg.model.max_len
+
+
+def generate_ct2_nbest(generator, tok, prompts: Sequence[Sequence[int]], decode: DecodeConfig, *, n_best: int = 1,
+                       sample: bool = False, scores: bool = False, positions: int | None = None
+                       ) -> list[list[Scored]]:
+    """Per prompt (ids, at least one), its ``n_best`` continuations by the LM's CTranslate2 export, as
+    ``Scored`` entries of ``generate_nbest``: at most ``decode.max_new_tokens`` tokens each, ending at EOS
+    (excluded); PAD, BOS and UNK never generated. Greedy outputs are seqmap's; beam search ranks by
+    CTranslate2's rule (see ``translate_ct2_nbest``); ``sample`` draws with ``decode``'s temperature,
+    top-k and top-p from CTranslate2's random numbers (``ctranslate2.set_random_seed`` before the
+    generator opens: the same seed gives the same text, not seqmap's text).
+
+    ``positions``: the most tokens the export reads (``export_positions``); a prompt that could pass it
+    is refused in one line (CTranslate2 does not slide a window over learned positions as seqmap does).
+    ``scores``: ``score`` and ``normalized`` as seqmap defines them (over the tokens that may be generated),
+    read back from CTranslate2's length-normalised score; None otherwise.
+    """
+    if decode.no_repeat_ngram:
+        raise HubError("--decode.no_repeat_ngram is not passed to CTranslate2; decode with seqmap instead")
+    beams = 1 if sample else decode.beam_size
+    if n_best > beams:
+        raise HubError(f"n_best={n_best} needs beam search with decode.beam_size >= {n_best} (got {beams})")
+    if any(len(p) == 0 for p in prompts):
+        raise HubError("every prompt needs at least one token (a language model has no BOS of its own)")
+    new = decode.max_new_tokens
+    longest = max((len(p) for p in prompts), default=0)
+    if positions is not None and longest + new > positions:
+        raise HubError(f"a prompt of {longest} tokens and --decode.max_new_tokens {new} pass the export's "
+                       f"{positions} positions (model.max_len; CTranslate2 does not slide a window as seqmap "
+                       f"does): give at most {max(positions - longest, 0)} new tokens, or leave out --ct2")
+    if not prompts:
+        return []
+    ids_of = _ids_of_pieces(tok)
+    eos = tok.pieces([EOS])[0]
+    inputs = [tok.pieces(list(p)) for p in prompts]
+    options = {"sampling_topk": decode.top_k, "sampling_topp": decode.top_p,
+               "sampling_temperature": decode.temperature} if sample else {"sampling_topk": 1}
+    results: list = [None] * len(inputs)
+    # one call per prompt length: in a call CTranslate2 reads the shortest prompt's length at once and
+    # returns the longer prompts' remaining tokens as part of their outputs
+    for length in sorted({len(p) for p in inputs}):
+        group = [i for i, p in enumerate(inputs) if len(p) == length]
+        try:
+            found = generator.generate_batch(
+                [inputs[i] for i in group], beam_size=beams, length_penalty=decode.length_penalty, max_length=new,
+                min_length=0, include_prompt_in_result=False, return_end_token=True, end_token=eos,
+                disable_unk=True, num_hypotheses=n_best, return_scores=scores,
+                suppress_sequences=[[piece] for piece in tok.pieces([t for t in NEVER_GENERATED if t != UNK])],
+                max_batch_size=max(1, decode.max_tokens // beams), batch_type="tokens", **options)
+        except RuntimeError as e:
+            raise HubError(f"CTranslate2 could not generate: {' '.join(str(e).split())[:200]}; "
+                           "decode with seqmap (leave out --ct2)") from None
+        for i, result in zip(group, found, strict=True):
+            results[i] = result
+    alpha = decode.length_penalty
+    out = []
+    for result in results:
+        entries = []
+        for j, hyp in enumerate(result.sequences):
+            finished = bool(hyp) and hyp[-1] == eos
+            try:
+                output = [ids_of[piece] for piece in (hyp[:-1] if finished else hyp)]
+            except KeyError as e:
+                raise HubError(f"the export generated {e.args[0]!r}, which is not a token of the run's "
+                               "tokenizer: it is another run's export (check_export says which)") from None
+            if scores:  # CTranslate2's score: the sum over the tokens (EOS included when it finished) / length ** alpha
+                entries.append(_scored(output, result.scores[j] * len(hyp) ** alpha, len(hyp), decode))
+            else:
+                entries.append(Scored(output, None, None))
+        out.append(entries)
+    return out

@@ -83,6 +83,7 @@ ARCHITECTURES = {  # each a trained toy run: what the direct export must carry o
     "learned positions, gelu, separate tables, unscaled": {
         "positional": "learned", "max_len": 160, "activation": "gelu", "share_vocab": False,
         "tie_embeddings": False, "scale_embeddings": False, "norm_position": "pre", "norm_eps": 1e-6},
+    "pre-LN, swiglu": {"norm_position": "pre", "activation": "swiglu"},
 }
 
 
