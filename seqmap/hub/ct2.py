@@ -511,7 +511,8 @@ def generate_ct2_nbest(generator, tok, prompts: Sequence[Sequence[int]], decode:
     ids_of = _ids_of_pieces(tok)
     eos = tok.pieces([EOS])[0]
     inputs = [tok.pieces(list(p)) for p in prompts]
-    options = {"sampling_topk": decode.top_k, "sampling_topp": decode.top_p,
+    top_k = decode.top_k if 0 < decode.top_k < tok.vocab_size else 0  # 0: every token, as seqmap's k >= V
+    options = {"sampling_topk": top_k, "sampling_topp": decode.top_p,
                "sampling_temperature": decode.temperature} if sample else {"sampling_topk": 1}
     results: list = [None] * len(inputs)
     # one call per prompt length: in a call CTranslate2 reads the shortest prompt's length at once and
@@ -525,7 +526,7 @@ def generate_ct2_nbest(generator, tok, prompts: Sequence[Sequence[int]], decode:
                 disable_unk=True, num_hypotheses=n_best, return_scores=scores,
                 suppress_sequences=[[piece] for piece in tok.pieces([t for t in NEVER_GENERATED if t != UNK])],
                 max_batch_size=max(1, decode.max_tokens // beams), batch_type="tokens", **options)
-        except RuntimeError as e:
+        except (RuntimeError, ValueError) as e:
             raise HubError(f"CTranslate2 could not generate: {' '.join(str(e).split())[:200]}; "
                            "decode with seqmap (leave out --ct2)") from None
         for i, result in zip(group, found, strict=True):

@@ -109,7 +109,8 @@ def test_beam_nbest_scores_are_seqmaps_and_samples_keep_the_constraints(tmp_path
                     shared += 1
                     assert (entry.score, entry.normalized) == pytest.approx(scores[tuple(entry.output)], abs=2e-4)
         assert shared >= 6
-    hot = DecodeConfig(max_new_tokens=10, temperature=5.0)  # nearly uniform: would draw PAD, BOS, UNK if allowed
+    # nearly uniform: would draw PAD, BOS, UNK if allowed; a top-k past the vocabulary keeps every token
+    hot = DecodeConfig(max_new_tokens=10, temperature=5.0, top_k=10 * tok.vocab_size)
     samples = generate_ct2_nbest(generator, tok, prompts * 8, hot, sample=True)
     drawn = {t for entries in samples for t in entries[0].output}
     assert not drawn & set(NEVER_GENERATED) and len(drawn) > 8
