@@ -49,8 +49,9 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--quantize", default="none", help="none (default) or int8: Linear layers in int8 (CPU only)")
     p.add_argument("--ct2", metavar="DIR",
-                   help="a Transformer translation run: search with this CTranslate2 export of it (seqmap export "
-                        "ct2 RUN_DIR --out DIR); greedy outputs and scores as seqmap's, attention from the run")
+                   help="a Transformer translation run or LM: search with this CTranslate2 export of it (seqmap "
+                        "export ct2 RUN_DIR --out DIR); greedy outputs and scores as seqmap's, attention from the "
+                        "run; an LM's sampled requests stay seqmap's")
     p.add_argument("--max-batch", type=int, default=32,
                    help="most sentences decoded together (default 32; 1 = one request at a time)")
     p.add_argument("--max-waiting", type=int, default=256,
@@ -135,20 +136,21 @@ def _build(args: argparse.Namespace):
         raise ServeError(f"{args.run_dir} is a graph (GAT) run; the server translates, generates and classifies "
                          "texts and images, and transcribes audio (use `seqmap evaluate` or "
                          "`seqmap plot attention --node`)")
-    translator, decoder = _ct2_translator(args, run)
+    ct2, decoder = _ct2_export(args, run)
     limits = Limits(max_chars=args.max_chars, max_texts=args.max_texts, max_beam=args.max_beam,
                     max_new_tokens=args.max_new_tokens, max_attention_weights=args.max_attention,
                     max_audio_seconds=args.max_audio_seconds)
     app = create_app(run, limits=limits, max_batch=args.max_batch, wait_ms=args.wait_ms, threads=args.threads,
-                     max_waiting=args.max_waiting, translator=translator, decoder=decoder)
+                     max_waiting=args.max_waiting, ct2=ct2, decoder=decoder)
     settings = (f"{run.cfg.model.family}, checkpoint {run.checkpoint.name}, max batch {args.max_batch}, "
                 f"wait {args.wait_ms:g} ms, {torch.get_num_threads()} threads"
-                + ("" if translator is None else f", searching with {decoder}"))
+                + ("" if ct2 is None else f", searching with {decoder}"))
     return app, settings
 
 
-def _ct2_translator(args: argparse.Namespace, run):
-    """``--ct2 DIR``: (the export's ``ctranslate2.Translator``, what /info calls it), or (None, "seqmap")."""
+def _ct2_export(args: argparse.Namespace, run):
+    """``--ct2 DIR``: (the export's ``ctranslate2.Translator`` or, for an LM, ``Generator``, what /info calls it),
+    or (None, "seqmap")."""
     if args.ct2 is None:
         return None, "seqmap"
     import torch
@@ -156,11 +158,12 @@ def _ct2_translator(args: argparse.Namespace, run):
     from seqmap.hub import HubError
     from seqmap.hub.ct2 import open_export
 
-    if run.cfg.model.family != "transformer" or run.cfg.data.task != "translation":
-        raise ServeError(f"--ct2 searches for Transformer translation runs; {args.run_dir} is "
-                         f"model.family={run.cfg.model.family}, data.task={run.cfg.data.task}: leave out --ct2")
+    family, task = run.cfg.model.family, run.cfg.data.task
+    if not ((family == "transformer" and task == "translation") or family == "lm"):
+        raise ServeError(f"--ct2 searches for Transformer translation runs and decoder-only LMs; {args.run_dir} is "
+                         f"model.family={family}, data.task={task}: leave out --ct2")
     try:
-        translator = open_export(args.ct2, run, threads=torch.get_num_threads(), int8=args.quantize == "int8")
+        export = open_export(args.ct2, run, threads=torch.get_num_threads(), int8=args.quantize == "int8")
     except HubError as e:
         raise ServeError(str(e)) from None
-    return translator, f"CTranslate2 ({args.ct2}, {translator.compute_type})"
+    return export, f"CTranslate2 ({args.ct2}, {export.compute_type})"

@@ -75,7 +75,7 @@ log = logging.getLogger("seqmap.serve")
 
 
 def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int = 32, wait_ms: float = 5.0,
-               threads: int | None = None, max_waiting: int = 256, translator=None,
+               threads: int | None = None, max_waiting: int = 256, ct2=None,
                decoder: str = "seqmap") -> FastAPI:
     """A FastAPI app serving ``run``.
 
@@ -86,11 +86,12 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         wait_ms: how long a batch waits for more requests after its first.
         threads: torch CPU threads for the worker thread that runs the model (None: torch's choice).
         max_waiting: most requests waiting for the model; beyond it, 503 with Retry-After.
-        translator: a translation run's CTranslate2 export (``ctranslate2.Translator``), to search with
-            in its place (``seqmap serve --ct2``); ``decoder`` names it in /info.
+        ct2: the run's CTranslate2 export (a translation run's ``ctranslate2.Translator``, an LM's
+            ``ctranslate2.Generator``), to search with in its place (``seqmap serve --ct2``); ``decoder`` names
+            it in /info.
     """
     limits = limits or Limits()
-    engine = _engine(run, limits, translator, decoder)
+    engine = _engine(run, limits, ct2, decoder)
 
     def worker_start() -> None:
         if threads is not None:
@@ -156,6 +157,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
             raise RequestError("this model returns no attention; send attention=false", "attention", 409)
         ids = engine.prompt_ids(req.prompt)
         key = engine.generate_key(req, ids)
+        engine.check_generate_positions(len(ids), key)
         if req.attention:
             engine.check_generate_attention_size(len(ids), key.max_new)
         batcher.start()
@@ -186,13 +188,13 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
     return app
 
 
-def _engine(run: LoadedRun, limits: Limits, translator=None, decoder: str = "seqmap"):
+def _engine(run: LoadedRun, limits: Limits, ct2=None, decoder: str = "seqmap"):
     """The engine for the run's task: classifiers, speech models, or translation models and LMs."""
     if run.cfg.data.task in ("classification", "image"):
         return ClassifierEngine(run, limits)
     if run.cfg.data.task == "speech":
         return SpeechEngine(run, limits)
-    return Engine(run, limits, translator, decoder)
+    return Engine(run, limits, ct2, decoder)
 
 
 def _wrong_route(task: str) -> RequestError:

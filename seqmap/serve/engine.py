@@ -13,7 +13,10 @@ sorts by length and cuts the batch under the run's token budget), so a batch giv
 the same outputs as one request at a time, up to float rounding. With ``seqmap serve
 --ct2 DIR`` the run's CTranslate2 export does that search instead
 (``seqmap.hub.ct2.translate_ct2_nbest``: greedy outputs and every score as seqmap's);
-attention still comes from the run's own model. Attention, when
+attention still comes from the run's own model. An LM's export does the greedy
+searches of /generate (``seqmap.hub.ct2.generate_ct2_nbest``, seqmap's outputs); sampled
+requests stay with seqmap's per-row seeded sampling below, which CTranslate2's one
+seed per generator cannot give. Attention, when
 asked for, comes from forced decoding of the best translation
 (``seqmap.decoding.align.forced_attention``), exactly as ``seqmap plot attention``
 draws it; it is not part of the batch key.
@@ -44,7 +47,7 @@ from seqmap.decoding.align import forced_attention
 from seqmap.decoding.greedy import decode_loop, pick_best
 from seqmap.decoding.sampling import top_k_filter, top_p_filter
 from seqmap.decoding.text import lm_prompt, resolve_config, strip_output, translate_nbest
-from seqmap.hub.ct2 import translate_ct2_nbest
+from seqmap.hub.ct2 import export_positions, generate_ct2_nbest, translate_ct2_nbest
 from seqmap.runs import LoadedRun
 from seqmap.serve.schemas import GenerateRequest, Limits, RequestError, TranslateRequest
 
@@ -103,14 +106,15 @@ def attention_payload(weights: Tensor, source_tokens: list[str], output_tokens: 
 class Engine:
     """A loaded run and the decode work of the server (called from the batcher's worker thread only)."""
 
-    def __init__(self, run: LoadedRun, limits: Limits | None = None, translator=None, decoder: str = "seqmap") -> None:
-        """``translator``: a ``ctranslate2.Translator`` of the run's export (``seqmap serve --ct2``), which then
-        does the searches of /translate; ``decoder`` names what searches, for /info."""
+    def __init__(self, run: LoadedRun, limits: Limits | None = None, ct2=None, decoder: str = "seqmap") -> None:
+        """``ct2``: the run's CTranslate2 export (``seqmap serve --ct2``): a ``ctranslate2.Translator``, which then
+        does the searches of /translate, or an LM's ``ctranslate2.Generator``, which does the greedy searches
+        of /generate; ``decoder`` names what searches, for /info."""
         self.run = run
         self.limits = limits or Limits()
         self.task = "lm" if run.src_tok is None else "translation"
         self.decode: DecodeConfig = run.cfg.decode
-        self.translator, self.decoder = translator, decoder
+        self.ct2, self.decoder = ct2, decoder
         self.attention_shape = self._attention_shape()
         self.has_attention = self.attention_shape["available"]
 
@@ -134,7 +138,7 @@ class Engine:
     def check_positions(self, texts: list[str]) -> None:
         """With a CTranslate2 export, refuse (422, field ``text``) a text whose translation could pass the
         export's position table (``model.max_len`` rows): CTranslate2 would fail the whole batch."""
-        if self.translator is None:
+        if self.ct2 is None:
             return
         d, rows = self.decode, self.run.cfg.model.max_len
         for i, source in enumerate(self._source_lengths(texts)):
@@ -142,6 +146,15 @@ class Engine:
             if longest > rows:
                 raise RequestError(f"text {i} could need {longest} positions; this server's CTranslate2 export has "
                                    f"{rows} (model.max_len): send a shorter text", "text")
+
+    def check_generate_positions(self, prompt_len: int, key: GenerateKey) -> None:
+        """With an LM's CTranslate2 export, refuse (422, field ``max_new_tokens``) a greedy request whose prompt
+        and new tokens could pass the export's position table (seqmap's own decoding slides a window)."""
+        rows = None if self.ct2 is None or key.sample else export_positions(self.run)
+        if rows is not None and prompt_len + key.max_new > rows:
+            raise RequestError(f"a prompt of {prompt_len} tokens and {key.max_new} new tokens pass this server's "
+                               f"CTranslate2 export's {rows} positions (model.max_len): ask for at most "
+                               f"{max(rows - prompt_len, 0)} new tokens, or a shorter prompt", "max_new_tokens")
 
     def _source_lengths(self, texts: list[str]) -> list[int]:
         """Source tokens each text is read as (truncated as decoding truncates it; an empty text reads one EOS)."""
@@ -168,10 +181,10 @@ class Engine:
         decode = resolve_config(self.decode, {"beam_size": beam, "length_penalty": penalty})
         texts = [t for job in jobs for t in job.texts]
         sources = [truncate_source(run.src_tok.encode(t), run.cfg.data.max_src_len) for t in texts]
-        if self.translator is None:
+        if self.ct2 is None:
             nbest = translate_nbest(run.model, sources, decode, n_best=n_best, device=run.device)
         else:
-            nbest = translate_ct2_nbest(self.translator, run.src_tok, run.tgt_tok, sources, decode, n_best=n_best,
+            nbest = translate_ct2_nbest(self.ct2, run.src_tok, run.tgt_tok, sources, decode, n_best=n_best,
                                         scores=True)
         out, i = [], 0
         for job in jobs:
@@ -220,6 +233,19 @@ class Engine:
         """Continue every job's prompt in one decode: each prompt is read alone, then the rows decode together."""
         key = GenerateKey(*key)
         run = self.run
+        if self.ct2 is not None and not key.sample:  # the export searches: seqmap's greedy outputs
+            decode = resolve_config(self.decode, {"max_new_tokens": key.max_new, "beam_size": 1})
+            nbest = generate_ct2_nbest(self.ct2, run.tgt_tok, [job.ids for job in jobs], decode)
+            outputs = [(entries[0].output, len(entries[0].output) < key.max_new) for entries in nbest]
+        else:
+            outputs = self._generate(key, jobs)
+        return [{"prompt": job.prompt, "text": run.tgt_tok.decode(ids), "tokens": len(ids), "finished": finished,
+                 "attention": self.self_attention(job.ids, ids, finished) if job.attention else None}
+                for job, (ids, finished) in zip(jobs, outputs, strict=True)]
+
+    def _generate(self, key: GenerateKey, jobs: list[GenerateJob]) -> list[tuple[list[int], bool]]:
+        """seqmap's decoding of a /generate batch: per job, (output ids, whether it ended with EOS)."""
+        run = self.run
         prompts = [torch.tensor(job.ids, dtype=torch.long, device=run.device) for job in jobs]  # B x (P_b,)
         if key.sample:
             generators = [torch.Generator(device=run.device).manual_seed(job.seed) for job in jobs]
@@ -230,12 +256,9 @@ class Engine:
                              prompt=prompts, choose=choose, banned=NEVER_GENERATED,
                              no_repeat_ngram=self.decode.no_repeat_ngram)
         out = []
-        for b, job in enumerate(jobs):
+        for b in range(len(jobs)):
             ids = strip_output(result.tokens[b, : int(result.lengths[b])].tolist())
-            finished = len(ids) < int(result.lengths[b])  # the row ended with EOS
-            out.append({"prompt": job.prompt, "text": run.tgt_tok.decode(ids), "tokens": len(ids),
-                        "finished": finished,
-                        "attention": self.self_attention(job.ids, ids, finished) if job.attention else None})
+            out.append((ids, len(ids) < int(result.lengths[b])))  # shorter: the row ended with EOS
         return out
 
     @torch.no_grad()

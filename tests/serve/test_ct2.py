@@ -1,6 +1,7 @@
-"""``seqmap serve RUN --ct2 DIR``: /translate searches with the run's CTranslate2 export; its greedy outputs,
-n-best scores and attention are those of the run served by seqmap itself; what cannot work is refused in one
-line (the command) or a 422 (a text past the export's positions)."""
+"""``seqmap serve RUN --ct2 DIR``: /translate searches with the run's CTranslate2 export, and so do an LM's
+greedy /generate requests; their outputs, n-best scores and attention are those of the run served by seqmap
+itself, sampled /generate requests are seqmap's; what cannot work is refused in one line (the command) or a
+422 (a text, or a prompt and its new tokens, past the export's positions)."""
 
 import dataclasses
 
@@ -13,9 +14,10 @@ pytest.importorskip("ctranslate2", reason="the ct2 extra is not installed: pip i
 
 from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED  # noqa: E402
 from seqmap.decoding.beam import gnmt_penalty  # noqa: E402
-from seqmap.hub.ct2 import export_ct2, load_translator  # noqa: E402
+from seqmap.hub.ct2 import export_ct2, load_generator, load_translator  # noqa: E402
 from seqmap.serve import main  # noqa: E402
 from seqmap.serve.app import create_app  # noqa: E402
+from seqmap.serve.engine import Engine, GenerateJob, GenerateKey  # noqa: E402
 
 from .test_command import parse  # noqa: E402
 
@@ -99,7 +101,7 @@ def test_a_text_past_the_exports_positions_is_a_422(translation_run, tmp_path):
         translation_run.cfg, model=dataclasses.replace(translation_run.cfg.model, max_len=12)))
     export_ct2(run, tmp_path / "ct2")  # max_len_a 1, max_len_b 5: 7 words fit, 8 do not
     translator = load_translator(tmp_path / "ct2", threads=1)
-    with TestClient(create_app(run, translator=translator, decoder="CTranslate2", wait_ms=2)) as client:
+    with TestClient(create_app(run, ct2=translator, decoder="CTranslate2", wait_ms=2)) as client:
         response = client.post("/translate", json={"text": ["a b", "a b c d e f g h"]})
         assert response.status_code == 422
         assert response.json() == {"detail": "text 1 could need 13 positions; this server's CTranslate2 export "
@@ -108,7 +110,7 @@ def test_a_text_past_the_exports_positions_is_a_422(translation_run, tmp_path):
 
 
 @pytest.mark.parametrize("run_fixture, extra, words", [
-    ("lm_run_dir", [], "--ct2 searches for Transformer translation runs; "),
+    ("text_classifier_run_dir", [], "--ct2 searches for Transformer translation runs and decoder-only LMs; "),
     ("translation_run_dir", ["--device", "cuda"], "--ct2 runs CTranslate2 on the CPU; leave out --device cuda"),
     ("translation_run_dir", [], "holds no CTranslate2 model (no model.bin); write one with seqmap export ct2"),
 ])
@@ -127,3 +129,55 @@ def test_evaluate_refuses_ct2_for_other_tasks(lm_run_dir, tmp_path, capsys):
     assert cli_main(["evaluate", str(lm_run_dir), "--data", str(tmp_path / "valid.txt"), "--ct2", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "--ct2 decodes translation runs; " in err and "data.task=lm: leave out --ct2" in err
+
+
+PROMPTS = ["to be", "that is the q", "", "or not"]
+
+
+@pytest.fixture(scope="module")
+def lm_clients(lm_run, lm_run_dir, tmp_path_factory):
+    """The LM served by seqmap, and with its export (through the command)."""
+    out = tmp_path_factory.mktemp("serve_ct2_lm") / "ct2"
+    export_ct2(lm_run, out)
+    served = {}
+    uvicorn_run = uvicorn.run
+    uvicorn.run = lambda app, **kwargs: served.update(app=app)
+    try:
+        assert main(parse(["serve", str(lm_run_dir), "--ct2", str(out), "--threads", "1"])) == 0
+    finally:
+        uvicorn.run = uvicorn_run
+    with TestClient(create_app(lm_run, wait_ms=2)) as ours, TestClient(served["app"]) as theirs:
+        yield ours, theirs, out
+
+
+def test_an_lms_greedy_generations_are_seqmaps_and_samples_stay_seqmaps(lm_clients):
+    ours, theirs, out = lm_clients
+    for prompt in PROMPTS:
+        for body in ({"prompt": prompt, "sample": False, "max_new_tokens": 12, "attention": True},
+                     {"prompt": prompt, "seed": 5, "temperature": 2.0}):  # sampled: seqmap's seeded sampler
+            assert theirs.post("/generate", json=body).json() == ours.post("/generate", json=body).json(), body
+    assert theirs.get("/info").json()["decoder"] == f"CTranslate2 ({out}, float32)"
+
+
+def test_a_greedy_batch_of_unequal_prompts_is_decoded_as_each_alone(lm_run, lm_clients):
+    generator = load_generator(lm_clients[2], threads=1)
+    ct2, seqmap = Engine(lm_run, ct2=generator), Engine(lm_run)
+    key = GenerateKey("generate", 10, False, None, None, None)
+    jobs = [GenerateJob(p, seqmap.prompt_ids(p), 0, False) for p in PROMPTS]
+    assert ct2.run_generate(key, jobs) == seqmap.run_generate(key, jobs)
+    assert [ct2.run_generate(key, [job])[0] for job in jobs] == ct2.run_generate(key, jobs)
+
+
+def test_a_greedy_prompt_past_an_lm_exports_positions_is_a_422(lm_run, tmp_path):
+    run = dataclasses.replace(lm_run, cfg=dataclasses.replace(
+        lm_run.cfg, model=dataclasses.replace(lm_run.cfg.model, max_len=20)))  # a table of 20 positions
+    export_ct2(run, tmp_path / "ct2")
+    with TestClient(create_app(run, ct2=load_generator(tmp_path / "ct2", threads=1), wait_ms=2)) as client:
+        body = {"prompt": "to be or not", "sample": False, "max_new_tokens": 9}  # 12 characters + 9 > 20
+        response = client.post("/generate", json=body)
+        assert response.status_code == 422
+        assert response.json() == {"detail": "a prompt of 12 tokens and 9 new tokens pass this server's CTranslate2 "
+                                             "export's 20 positions (model.max_len): ask for at most 8 new tokens, "
+                                             "or a shorter prompt", "field": "max_new_tokens"}
+        assert client.post("/generate", json={**body, "max_new_tokens": 8}).status_code == 200
+        assert client.post("/generate", json={**body, "sample": True}).status_code == 200  # seqmap samples
