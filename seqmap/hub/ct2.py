@@ -276,18 +276,39 @@ def lm_spec(run):
 # -- decoding with an exported run ----------------------------------------------------------------------
 
 
+@functools.cache
+def _opened(kind: str):
+    """``ctranslate2.Translator`` or ``Generator`` that also knows the tokens it can output (``target_tokens``:
+    CTranslate2 refuses to suppress a token its vocabulary lacks, as an imported model's export lacks some)."""
+    base = getattr(_ctranslate2(), kind)
+    return type(kind, (base,), {"__doc__": base.__doc__, "target_tokens": None})
+
+
+def _vocabularies(path: Path, lm: bool) -> list[list[str]]:
+    """The export's vocabularies: [tokens] for an LM; [source, target] or [shared] for a translator."""
+    names = (("vocabulary.json",) if lm else ("shared_vocabulary.json",)
+             if (path / "shared_vocabulary.json").is_file() else ("source_vocabulary.json", "target_vocabulary.json"))
+    try:
+        return [[str(t) for t in json.loads((path / name).read_text(encoding="utf-8"))] for name in names]
+    except (OSError, ValueError) as e:
+        what = "language model's" if lm else "translation model's"
+        raise HubError(f"{path} holds no readable CTranslate2 vocabulary for a {what} export ({e}); write it "
+                       "again with seqmap export ct2 RUN_DIR --out DIR") from None
+
+
 def _load(kind: str, ct2_dir: str | os.PathLike, threads: int, compute_type: str):
-    ctranslate2 = _ctranslate2()
     path = Path(ct2_dir)
     if not (path / "model.bin").is_file():
         raise HubError(f"{path} holds no CTranslate2 model (no model.bin); write one with "
                        "seqmap export ct2 RUN_DIR --out DIR")
     try:
-        return getattr(ctranslate2, kind)(str(path), device="cpu", compute_type=compute_type,
-                                          intra_threads=threads, inter_threads=1)
+        model = _opened(kind)(str(path), device="cpu", compute_type=compute_type, intra_threads=threads,
+                              inter_threads=1)
     except (RuntimeError, ValueError) as e:  # e.g. a Translator's export opened as a Generator
         raise HubError(f"{path} does not open as a CTranslate2 {kind}: {' '.join(str(e).split())[:200]}; "
                        "write it again with seqmap export ct2 RUN_DIR --out DIR") from None
+    model.target_tokens = frozenset(_vocabularies(path, lm=kind == "Generator")[-1])
+    return model
 
 
 def load_translator(ct2_dir: str | os.PathLike, threads: int = 0, compute_type: str = "default"):
@@ -330,15 +351,8 @@ def check_export(ct2_dir: str | os.PathLike, model, run, quantized: bool = False
     """
     path = Path(ct2_dir)
     lm = run.src_tok is None
-    names = (("vocabulary.json",) if lm else ("shared_vocabulary.json",)
-             if (path / "shared_vocabulary.json").is_file() else ("source_vocabulary.json", "target_vocabulary.json"))
-    try:
-        vocabularies = [json.loads((path / name).read_text(encoding="utf-8")) for name in names]
-    except (OSError, ValueError) as e:
-        what = "language model's" if lm else "translation model's"
-        raise HubError(f"{path} holds no readable CTranslate2 vocabulary for a {what} export ({e}); write it "
-                       "again with seqmap export ct2 RUN_DIR --out DIR") from None
-    target = {str(piece) for piece in vocabularies[-1]}
+    vocabularies = _vocabularies(path, lm)
+    target = set(vocabularies[-1])
     missing = sorted(target - set(_ids_of_pieces(run.tgt_tok)))
     if missing:
         raise HubError(f"{path} is not an export of {run.checkpoint}: {len(missing)} of its {len(target)} target "
@@ -354,7 +368,7 @@ def check_export(ct2_dir: str | os.PathLike, model, run, quantized: bool = False
                 return  # nothing to probe with; the token check above stands
             theirs = model.score_batch([run.tgt_tok.pieces(tgt)])[0].log_probs
         else:
-            source_vocab = {str(piece) for piece in vocabularies[0]}
+            source_vocab = set(vocabularies[0])
             src = [i for i, p in enumerate(run.src_tok.pieces(range(run.src_tok.vocab_size)))
                    if i not in NEVER_GENERATED and i != EOS and p in source_vocab][:PROBE_TOKENS]
             if not src or not tgt:
@@ -381,6 +395,15 @@ def check_export(ct2_dir: str | os.PathLike, model, run, quantized: bool = False
         raise HubError(f"{path} is not an export of {run.checkpoint}: on a probe sentence its log-probabilities "
                        f"differ from the run's by {difference:.3g} on average (at most {tolerance:g} expected); "
                        "write it again with seqmap export ct2 RUN_DIR --out DIR")
+
+
+def _suppressed(model, tok) -> list[list[str]]:
+    """PAD and BOS (never generated; UNK has ``disable_unk``) as CTranslate2's ``suppress_sequences``: those the
+    export has a token for (``target_tokens`` of a model ``load_translator`` or ``load_generator`` opened; an
+    imported Marian's or GPT-2's export has none for some of seqmap's reserved ids)."""
+    tokens = getattr(model, "target_tokens", None)  # None: a model opened by its own constructor
+    pieces = tok.pieces([t for t in NEVER_GENERATED if t != UNK])
+    return [[piece] for piece in pieces if tokens is None or piece in tokens]
 
 
 @functools.lru_cache(maxsize=8)
@@ -424,7 +447,7 @@ def translate_ct2_nbest(translator, src_tok, tgt_tok, sources: Sequence[Sequence
     if not sources:
         return []
     ids_of = _ids_of_pieces(tgt_tok)
-    suppressed = [[piece] for piece in tgt_tok.pieces([t for t in NEVER_GENERATED if t != UNK])]
+    suppressed = _suppressed(translator, tgt_tok)
     rows = [list(s) for s in sources]
     limits = [max(1, int(decode.max_len_a * max(len(s), 1) + decode.max_len_b)) for s in rows]
     alpha = decode.length_penalty
@@ -436,7 +459,7 @@ def translate_ct2_nbest(translator, src_tok, tgt_tok, sources: Sequence[Sequence
                 max_decoding_length=limit, min_decoding_length=0, disable_unk=True, suppress_sequences=suppressed,
                 num_hypotheses=n_best, return_scores=scores,
                 max_batch_size=max(1, decode.max_tokens // decode.beam_size), batch_type="tokens")
-        except RuntimeError as e:  # e.g. a position past the exported table (model.max_len rows)
+        except (RuntimeError, ValueError) as e:  # e.g. a position past the exported table (model.max_len rows)
             raise HubError(f"CTranslate2 could not decode these sentences: {' '.join(str(e).split())[:200]}; "
                            "shorten them (data.max_src_len, decode.max_len_a/b) or decode with seqmap") from None
 
@@ -524,7 +547,7 @@ def generate_ct2_nbest(generator, tok, prompts: Sequence[Sequence[int]], decode:
                 [inputs[i] for i in group], beam_size=beams, length_penalty=decode.length_penalty, max_length=new,
                 min_length=0, include_prompt_in_result=False, return_end_token=True, end_token=eos,
                 disable_unk=True, num_hypotheses=n_best, return_scores=scores,
-                suppress_sequences=[[piece] for piece in tok.pieces([t for t in NEVER_GENERATED if t != UNK])],
+                suppress_sequences=_suppressed(generator, tok),
                 max_batch_size=max(1, decode.max_tokens // beams), batch_type="tokens", **options)
         except (RuntimeError, ValueError) as e:
             raise HubError(f"CTranslate2 could not generate: {' '.join(str(e).split())[:200]}; "

@@ -18,6 +18,9 @@ from seqmap.hub import HubError, import_hf  # noqa: E402
 from seqmap.hub.ct2 import (  # noqa: E402
     check_export,
     export_ct2,
+    export_positions,
+    generate_ct2_nbest,
+    load_generator,
     load_translator,
     translate_ct2,
     translate_ct2_nbest,
@@ -42,7 +45,7 @@ def test_a_marian_translates_greedily_as_seqmap_does(tmp_path, capsys):
     assert main(["export", "ct2", str(tmp_path / "run"), "--out", str(tmp_path / "ct2")]) == 0
     assert "(MarianMTModel for CTranslate2)" in capsys.readouterr().out
     run = load_run(tmp_path / "run")
-    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    translator = load_translator(tmp_path / "ct2", threads=1)
     check_export(tmp_path / "ct2", translator, run)  # the export has no PAD or BOS: scored without them
     for text in ["the cat sat on the mat", "a dog met a cat", "where is the log", "the dog is on the mat"]:
         ids = run.src_tok.encode(text)
@@ -51,6 +54,8 @@ def test_a_marian_translates_greedily_as_seqmap_does(tmp_path, capsys):
         ours = translate_ids(run.model, [ids], DecodeConfig(max_len_a=0.0, max_len_b=30))[0]
         assert run.tgt_tok.pieces(ours) == theirs, text
         assert len(ours) < 30  # ended with EOS, so the two length limits do not matter
+        assert translate_ct2(translator, run.src_tok, run.tgt_tok, [ids], DecodeConfig(max_len_a=0.0, max_len_b=30)) \
+            == [ours]  # seqmap's own driver of the export
 
 
 def test_a_gpt2_generates_greedily_as_seqmap_does(tmp_path):
@@ -58,7 +63,7 @@ def test_a_gpt2_generates_greedily_as_seqmap_does(tmp_path):
     import_hf(tmp_path / "hf", tmp_path / "run")
     run = load_run(tmp_path / "run")
     export_ct2(run, tmp_path / "ct2")
-    generator = ctranslate2.Generator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    generator = load_generator(tmp_path / "ct2", threads=1)
     for prompt in ["the cat", "a dog met", "on the mat. the"]:
         ids = lm_prompt(run.tgt_tok, prompt)
         theirs = generator.generate_batch([run.tgt_tok.pieces(ids)], max_length=10, sampling_topk=1,
@@ -66,6 +71,11 @@ def test_a_gpt2_generates_greedily_as_seqmap_does(tmp_path):
         ours = generate_nbest(run.model, [ids], DecodeConfig(max_new_tokens=10))[0][0].output
         n = min(len(theirs), len(ours))
         assert n >= 5 and run.tgt_tok.pieces(ours)[:n] == theirs[:n], prompt
+    # seqmap's own driver of the export: the same outputs (seqmap's PAD and BOS have no token in it: not suppressed)
+    prompts = [lm_prompt(run.tgt_tok, p) for p in ["the cat", "a dog met", "on the mat. the"]]
+    decode = DecodeConfig(max_new_tokens=10)
+    assert generate_ct2_nbest(generator, run.tgt_tok, prompts, decode, positions=export_positions(run)) == \
+        [[entries[0]._replace(score=None, normalized=None)] for entries in generate_nbest(run.model, prompts, decode)]
 
 
 def _scores(run, src: list[int], tgt: list[int]) -> torch.Tensor:
