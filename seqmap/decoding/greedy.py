@@ -56,7 +56,11 @@ class GreedyResult(NamedTuple):
 # batch computes its longest output's steps for all of its rows. docs/benchmarks.md, issue 18.
 DROP_FINISHED_AT = 4
 
-Choose = Callable[[Tensor], tuple[Tensor, Tensor]]  # log-probs (B, V) -> (tokens (B,), their log-probs (B,))
+# log-probs (B, V) -> (tokens (B,), their log-probs (B,)). A choice that draws each row on its own may offer
+# ``keep(rows)`` (``seqmap.decoding.sampling.RowSampler``): ``decode_loop`` then drops finished rows as for greedy
+# and tells it which rows stay; a choice without it (one generator for all rows) keeps every row, so that its
+# random draws stay as they were.
+Choose = Callable[[Tensor], tuple[Tensor, Tensor]]
 
 
 def pick_best(log_probs: Tensor) -> tuple[Tensor, Tensor]:
@@ -303,7 +307,7 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
     segments = [(0, rows)]  # (first step, rows): the live rows change only where rows are dropped
     totals = torch.zeros(batch, device=device) if scores else None  # each input row's, once dropped or done
     all_lengths = torch.zeros(batch, dtype=torch.long, device=device)
-    compact = choose is pick_best  # sampling keeps its rows, and so its random draws, as they were
+    compact = choose is pick_best or hasattr(choose, "keep")  # see ``Choose``
     for step in range(int(limits.max())):
         if choose is pick_best:
             best, best_score = greedy_step(logits, banned, history, no_repeat_ngram, scores)  # (B,), (B,) or None
@@ -337,6 +341,8 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
                 history = history.index_select(0, live)
             memory = memory.index_select(live)
             state.reorder(live)
+            if choose is not pick_best:
+                choose.keep(live)
             segments.append((step + 1, rows))
         logits, state, attn = model.decode_step(best[:, None], memory, state, need_attention=need_attention)
     all_lengths.index_copy_(0, rows, lengths)

@@ -1,8 +1,11 @@
-"""Sampling: temperature, top-k and nucleus (top-p) filters as pure functions, and a sampler over the protocol.
+"""Sampling: temperature, top-k and nucleus (top-p) filters as pure functions, and samplers over the protocol.
 
 The filters map log-probabilities (B, V) to log-probabilities with the excluded
-tokens at -inf; the sampler draws from what is left with a seeded generator, so
-the same seed gives the same text.
+tokens at -inf; a sampler draws from what is left with a seeded generator, so
+the same seed gives the same text. ``sampling_choice`` draws every row from one
+generator (``seqmap generate --seed N``); ``RowSampler`` gives each row its own
+(the server's requests), so a row's text does not depend on the rows beside it and
+finished rows may leave the batch (``decode_loop`` drops them, as it does for greedy).
 """
 
 from __future__ import annotations
@@ -49,6 +52,31 @@ def sampling_choice(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
         return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
 
     return choose
+
+
+class RowSampler:
+    """A ``decode_loop`` choice that samples row b with ``generators[b]`` (filters as ``sampling_choice``).
+
+    With one row it draws exactly what ``sampling_choice`` draws; with several, each row's draws depend on
+    its own generator only. ``keep(rows)`` follows ``decode_loop`` when it drops finished rows.
+    """
+
+    def __init__(self, temperature: float, top_k: int, top_p: float, generators: Sequence[torch.Generator]):
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.generators = list(generators)
+
+    def __call__(self, log_probs: Tensor) -> tuple[Tensor, Tensor]:
+        filtered = top_p_filter(top_k_filter(log_probs / self.temperature, self.top_k), self.top_p)
+        probs = filtered.softmax(-1)  # (B, V)
+        tokens = torch.cat([torch.multinomial(probs[b: b + 1], 1, generator=g)
+                            for b, g in enumerate(self.generators)]).squeeze(-1)  # (B,)
+        return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+    def keep(self, rows: Tensor) -> None:
+        """Keep the generators of batch rows ``rows`` (B',), in that order: the rows still decoding."""
+        self.generators = [self.generators[i] for i in rows.tolist()]
 
 
 def sample(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int, eos: int, max_len: int, pad: int = 0,

@@ -33,7 +33,7 @@ for the same prompt (up to float rounding, as for translation).
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -45,7 +45,7 @@ from seqmap.data.pipeline import truncate_source
 from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD
 from seqmap.decoding.align import forced_attention
 from seqmap.decoding.greedy import decode_loop, pick_best
-from seqmap.decoding.sampling import top_k_filter, top_p_filter
+from seqmap.decoding.sampling import RowSampler
 from seqmap.decoding.text import lm_prompt, resolve_config, strip_output, translate_nbest
 from seqmap.hub.ct2 import export_positions, generate_ct2_nbest, translate_ct2_nbest
 from seqmap.runs import LoadedRun
@@ -77,22 +77,6 @@ class GenerateKey(NamedTuple):
     temperature: float | None  # None when greedy (sampling options do not split greedy batches)
     top_k: int | None
     top_p: float | None
-
-
-def per_row_sampling(temperature: float, top_k: int, top_p: float, generators: Sequence[torch.Generator]):
-    """A ``decode_loop`` choice that samples row b with ``generators[b]`` (filters as ``sampling_choice``).
-
-    With one row it draws exactly what ``seqmap.decoding.sampling.sampling_choice``
-    draws; with several, each row's draws depend on its own generator only.
-    """
-
-    def choose(log_probs: Tensor) -> tuple[Tensor, Tensor]:
-        probs = top_p_filter(top_k_filter(log_probs / temperature, top_k), top_p).softmax(-1)  # (B, V)
-        tokens = torch.cat([torch.multinomial(probs[b: b + 1], 1, generator=g) for b, g in enumerate(generators)])
-        tokens = tokens.squeeze(-1)  # (B,)
-        return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
-
-    return choose
 
 
 def attention_payload(weights: Tensor, source_tokens: list[str], output_tokens: list[str]) -> dict[str, Any]:
@@ -249,7 +233,7 @@ class Engine:
         prompts = [torch.tensor(job.ids, dtype=torch.long, device=run.device) for job in jobs]  # B x (P_b,)
         if key.sample:
             generators = [torch.Generator(device=run.device).manual_seed(job.seed) for job in jobs]
-            choose = per_row_sampling(key.temperature, key.top_k, key.top_p, generators)
+            choose = RowSampler(key.temperature, key.top_k, key.top_p, generators)
         else:
             choose = pick_best
         result = decode_loop(run.model, None, None, bos=BOS, eos=EOS, max_len=key.max_new, pad=PAD,

@@ -52,3 +52,38 @@ def test_top_k_keeps_no_more_than_k_when_values_tie():
     kept = torch.isfinite(top_k_filter(lp, 2))
     assert kept.tolist() == [[False, True, True, False, False]]  # ties at the 2nd place: the lower ids
     assert int(torch.isfinite(top_k_filter(torch.zeros(3, 7), 4)).sum()) == 12
+
+
+def test_row_samplers_let_finished_rows_leave_and_each_row_samples_as_alone():
+    """``RowSampler`` draws each row from its own generator, so ``decode_loop`` drops finished rows (as for
+    greedy) and every row's text is the one it gets alone with its seed; one shared generator keeps the batch."""
+    from seqmap.decoding.greedy import decode_loop
+    from seqmap.decoding.sampling import RowSampler, sampling_choice
+    from seqmap.models.builder import build_model
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(family="lm", tgt_vocab=24, d_model=32, n_heads=2, d_ff=64, dec_layers=2,
+                                    dropout=0.0)).eval()
+    limits = torch.tensor([2, 7, 3, 9, 1, 6, 4, 8])  # rows end at different steps
+    prompts = torch.randint(4, 24, (8, 3))
+    calls = []
+    step = model.decode_step
+    model.decode_step = lambda tokens, *a, **k: calls.append(tokens.size(0)) or step(tokens, *a, **k)
+    seeds = [11, 12, 13, 14, 15, 16, 17, 18]
+
+    def sampler(rows):
+        return RowSampler(1.5, 0, 1.0, [torch.Generator().manual_seed(seeds[b]) for b in rows])
+
+    kw = dict(bos=1, eos=2, pad=0, banned=[0, 1, 2])  # EOS banned: each row runs to its own limit
+    out = decode_loop(model, None, None, max_len=limits, prompt=prompts, choose=sampler(range(8)), **kw)
+    assert out.lengths.tolist() == limits.tolist()
+    assert calls[1] == 8 and calls[-1] < 8 and len(set(calls)) > 2  # rows left the batch, more than once
+    for b in range(8):
+        alone = decode_loop(model, None, None, max_len=int(limits[b]), prompt=prompts[b:b + 1], choose=sampler([b]),
+                            **kw)
+        assert out.tokens[b, :int(limits[b])].tolist() == alone.tokens[0].tolist(), b
+        torch.testing.assert_close(out.scores[b], alone.scores[0], rtol=0, atol=1e-5)
+    calls.clear()
+    shared = sampling_choice(1.5, 0, 1.0, torch.Generator().manual_seed(0))
+    decode_loop(model, None, None, max_len=limits, prompt=prompts, choose=shared, **kw)
+    assert set(calls) == {8}  # one generator for all rows: every row stays, so its draws stay as they were

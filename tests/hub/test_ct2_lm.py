@@ -57,7 +57,8 @@ ARCHITECTURES = {
                                                  "output_bias": True, "tie_embeddings": False},
     "rope, swiglu, RMSNorm": {"positional": "rope", "activation": "swiglu", "norm": "rmsnorm"},
     "ALiBi, 4 heads": {"positional": "alibi", "n_heads": 4},
-    "rope, grouped key/value heads": {"positional": "rope", "n_heads": 4, "n_kv_heads": 2},
+    "rope (base 500), grouped key/value heads": {"positional": "rope", "rope_base": 500.0, "n_heads": 4,
+                                                  "n_kv_heads": 2},
     "no positions, gelu_tanh, unscaled": {"positional": "none", "activation": "gelu_tanh",
                                           "scale_embeddings": False},
 }

@@ -13,11 +13,12 @@ import torch
 
 from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD
 from seqmap.decoding.greedy import decode_loop, pick_best
+from seqmap.decoding.sampling import RowSampler
 from seqmap.decoding.text import strip_output
 from seqmap.models.builder import build_model
 from seqmap.nn.positional import POSITIONAL_KINDS
 from seqmap.runs import LoadedRun
-from seqmap.serve.engine import Engine, GenerateJob, per_row_sampling
+from seqmap.serve.engine import Engine, GenerateJob
 from seqmap.serve.schemas import GenerateRequest
 
 from .test_batching import serve
@@ -53,7 +54,7 @@ def generate_alone(run: LoadedRun, job: GenerateJob, sample: bool, engine: Engin
     max_new = key.max_new
     choose = pick_best
     if sample:
-        choose = per_row_sampling(key.temperature, key.top_k, key.top_p, [torch.Generator().manual_seed(job.seed)])
+        choose = RowSampler(key.temperature, key.top_k, key.top_p, [torch.Generator().manual_seed(job.seed)])
     prompt = torch.tensor([job.ids], dtype=torch.long, device=run.device)
     result = decode_loop(run.model, None, None, bos=BOS, eos=EOS, max_len=max_new, pad=PAD, prompt=prompt,
                          choose=choose, banned=NEVER_GENERATED)
