@@ -204,19 +204,20 @@ def vocabulary(size: int) -> list[str]:
     return ["</s>", "<unk>"] + [f"w{i}" for i in range(2, size - 1)] + ["<pad>"]
 
 
-def to_ctranslate2(hf, workdir: Path) -> str:
-    """Save the Marian model with a word-level tokenizer and convert it with CTranslate2's converter."""
+def to_ctranslate2(hf, workdir: Path, **specials: str) -> str:
+    """Save the transformers model (here Marian; GPT-2 in bench/generate.py) with a word-level tokenizer of
+    ``vocabulary``'s names (and ``specials``, e.g. ``bos_token``) and convert it with CTranslate2's converter."""
     import ctranslate2
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    hf_dir, ct2_dir = workdir / "marian", workdir / "ct2"
+    hf_dir, ct2_dir = workdir / "hf", workdir / "ct2"
     hf.save_pretrained(hf_dir)
     vocab = {token: i for i, token in enumerate(vocabulary(hf.config.vocab_size))}
     words = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=words, pad_token="<pad>", eos_token="</s>",
-                            unk_token="<unk>").save_pretrained(hf_dir)
+    PreTrainedTokenizerFast(tokenizer_object=words, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+                            **specials).save_pretrained(hf_dir)
     ctranslate2.converters.TransformersConverter(str(hf_dir)).convert(str(ct2_dir), force=True)
     return str(ct2_dir)
 

@@ -39,7 +39,16 @@ from torch import Tensor
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/machine.py, bench/decode.py
 
-from decode import Runtimes, answer_jobs, compare, describe, paired_ratio, time_calls  # noqa: E402
+from decode import (  # noqa: E402
+    Runtimes,
+    answer_jobs,
+    compare,
+    describe,
+    paired_ratio,
+    time_calls,
+    to_ctranslate2,
+    vocabulary,
+)
 from machine import cpu_name  # noqa: E402
 
 from seqmap.config import ModelConfig  # noqa: E402
@@ -112,27 +121,6 @@ def to_gpt2(model, cfg: ModelConfig):
     if unexpected or [k for k in missing if not k.endswith("attn.bias") and not k.endswith("masked_bias")]:
         raise SystemExit(f"GPT-2 mapping incomplete: missing {missing[:3]}, unexpected {unexpected[:3]}")
     return hf
-
-
-def vocabulary(size: int) -> list[str]:
-    return ["</s>", "<unk>"] + [f"w{i}" for i in range(2, size - 1)] + ["<pad>"]
-
-
-def to_ctranslate2(hf, workdir: Path) -> str:
-    """Save the GPT-2 with a word-level tokenizer and convert it with CTranslate2's converter."""
-    import ctranslate2
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    hf_dir, ct2_dir = workdir / "gpt2", workdir / "ct2"
-    hf.save_pretrained(hf_dir)
-    vocab = {token: i for i, token in enumerate(vocabulary(hf.config.vocab_size))}
-    words = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=words, pad_token="<pad>", eos_token="</s>", bos_token="</s>",
-                            unk_token="<unk>").save_pretrained(hf_dir)
-    ctranslate2.converters.TransformersConverter(str(hf_dir)).convert(str(ct2_dir), force=True)
-    return str(ct2_dir)
 
 
 # -- decoding calls: each returns the best continuation of each prompt as a list of ids ------------------
@@ -264,7 +252,7 @@ def main(argv=None) -> None:
     transformers.utils.logging.disable_progress_bar()
     with tempfile.TemporaryDirectory() as tmp:
         model, cfg = build_lm(args.seed)
-        ct2_dir = to_ctranslate2(to_gpt2(model, cfg), Path(tmp))
+        ct2_dir = to_ctranslate2(to_gpt2(model, cfg), Path(tmp), bos_token="</s>")
         del model
         names = ["seqmap", "hf", "ct2", *(("seqmap_int8", "ct2_int8") if args.int8 else ())]
         runtimes = Runtimes(names, serve, args, ct2_dir)

@@ -31,17 +31,23 @@ def ct2_dir(translation_run, tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module")
-def clients(translation_run, translation_run_dir, ct2_dir):
-    """The run served by seqmap, and by its export (through the command, as a user starts it)."""
+def served_with(run_dir, ct2_dir):
+    """The app ``seqmap serve RUN --ct2 DIR --threads 1`` starts (through the command, as a user starts it)."""
     served = {}
     uvicorn_run = uvicorn.run
     uvicorn.run = lambda app, **kwargs: served.update(app=app)
     try:
-        assert main(parse(["serve", str(translation_run_dir), "--ct2", str(ct2_dir), "--threads", "1"])) == 0
+        assert main(parse(["serve", str(run_dir), "--ct2", str(ct2_dir), "--threads", "1"])) == 0
     finally:
         uvicorn.run = uvicorn_run
-    with TestClient(create_app(translation_run, wait_ms=2)) as ours, TestClient(served["app"]) as theirs:
+    return served["app"]
+
+
+@pytest.fixture(scope="module")
+def clients(translation_run, translation_run_dir, ct2_dir):
+    """The run served by seqmap, and by its export."""
+    with TestClient(create_app(translation_run, wait_ms=2)) as ours, \
+            TestClient(served_with(translation_run_dir, ct2_dir)) as theirs:
         yield ours, theirs
 
 
@@ -136,17 +142,10 @@ PROMPTS = ["to be", "that is the q", "", "or not"]
 
 @pytest.fixture(scope="module")
 def lm_clients(lm_run, lm_run_dir, tmp_path_factory):
-    """The LM served by seqmap, and with its export (through the command)."""
+    """The LM served by seqmap, and with its export."""
     out = tmp_path_factory.mktemp("serve_ct2_lm") / "ct2"
     export_ct2(lm_run, out)
-    served = {}
-    uvicorn_run = uvicorn.run
-    uvicorn.run = lambda app, **kwargs: served.update(app=app)
-    try:
-        assert main(parse(["serve", str(lm_run_dir), "--ct2", str(out), "--threads", "1"])) == 0
-    finally:
-        uvicorn.run = uvicorn_run
-    with TestClient(create_app(lm_run, wait_ms=2)) as ours, TestClient(served["app"]) as theirs:
+    with TestClient(create_app(lm_run, wait_ms=2)) as ours, TestClient(served_with(lm_run_dir, out)) as theirs:
         yield ours, theirs, out
 
 
