@@ -39,16 +39,34 @@ def top_p_filter(log_probs: Tensor, p: float) -> Tensor:
     return log_probs.masked_fill(drop, float("-inf"))
 
 
+def inverse_cdf(probs: Tensor, uniform: Tensor) -> Tensor:
+    """One token per row of ``probs`` (B, V): the first whose cumulative probability passes ``uniform`` (B,)
+    (float64 draws in [0, 1)) times the row's total. Exact sampling (in float64), and tokens of probability 0
+    are never drawn. One random number per row, where ``torch.multinomial`` draws one exponential per
+    vocabulary entry on the CPU: 64 x 8000 probabilities took 8.9 ms a step that way, 0.33 ms this way
+    (docs/benchmarks.md, issue 18)."""
+    cdf = probs.double().cumsum(-1)  # (B, V)
+    total = cdf[:, -1:]
+    below_total = torch.nextafter(total, torch.zeros_like(total))  # u * total may round up to total
+    value = torch.minimum(uniform.to(cdf)[:, None] * total, below_total)
+    return torch.searchsorted(cdf, value, right=True).squeeze(-1)
+
+
+def _probabilities(log_probs: Tensor, temperature: float, top_k: int, top_p: float) -> Tensor:
+    return top_p_filter(top_k_filter(log_probs / temperature, top_k), top_p).softmax(-1)
+
+
 def sampling_choice(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                     generator: torch.Generator | None = None):
-    """A ``choose`` function for ``decode_loop``: sample from the filtered, tempered distribution."""
+    """A ``choose`` function for ``decode_loop``: sample from the filtered, tempered distribution, every row
+    from ``generator`` (one uniform number per row and step, ``inverse_cdf``)."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
 
     def choose(log_probs: Tensor) -> tuple[Tensor, Tensor]:
-        filtered = top_p_filter(top_k_filter(log_probs / temperature, top_k), top_p)
-        probs = filtered.softmax(-1)
-        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+        probs = _probabilities(log_probs, temperature, top_k, top_p)  # (B, V)
+        uniform = torch.rand(probs.size(0), dtype=torch.float64, generator=generator, device=probs.device)
+        tokens = inverse_cdf(probs, uniform)  # (B,)
         return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
 
     return choose
@@ -68,10 +86,10 @@ class RowSampler:
         self.generators = list(generators)
 
     def __call__(self, log_probs: Tensor) -> tuple[Tensor, Tensor]:
-        filtered = top_p_filter(top_k_filter(log_probs / self.temperature, self.top_k), self.top_p)
-        probs = filtered.softmax(-1)  # (B, V)
-        tokens = torch.cat([torch.multinomial(probs[b: b + 1], 1, generator=g)
-                            for b, g in enumerate(self.generators)]).squeeze(-1)  # (B,)
+        probs = _probabilities(log_probs, self.temperature, self.top_k, self.top_p)  # (B, V)
+        uniform = torch.cat([torch.rand(1, dtype=torch.float64, generator=g, device=probs.device)
+                             for g in self.generators])  # (B,): row b's number from its own generator
+        tokens = inverse_cdf(probs, uniform)
         return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
 
     def keep(self, rows: Tensor) -> None:

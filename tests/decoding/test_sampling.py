@@ -87,3 +87,20 @@ def test_row_samplers_let_finished_rows_leave_and_each_row_samples_as_alone():
     shared = sampling_choice(1.5, 0, 1.0, torch.Generator().manual_seed(0))
     decode_loop(model, None, None, max_len=limits, prompt=prompts, choose=shared, **kw)
     assert set(calls) == {8}  # one generator for all rows: every row stays, so its draws stay as they were
+
+
+def test_inverse_cdf_draws_the_distribution_and_never_a_token_of_probability_zero():
+    from seqmap.decoding.sampling import inverse_cdf
+
+    probs = torch.tensor([[0.125, 0.0, 0.5, 0.375, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0]])  # exact in binary
+    uniform = torch.tensor([0.0, 0.0])  # the first token of positive probability
+    assert inverse_cdf(probs, uniform).tolist() == [0, 3]
+    uniform = torch.tensor([1 - 2.0 ** -53, 1 - 2.0 ** -53])  # the largest draw: the last of positive probability
+    assert inverse_cdf(probs, uniform).tolist() == [3, 3]
+    edges = torch.tensor([0.125, 0.625 - 1e-9, 0.625], dtype=torch.float64)  # at and below the cumulative sums
+    assert inverse_cdf(probs[:1].expand(3, 5), edges).tolist() == [2, 2, 3]
+    g = torch.Generator().manual_seed(0)
+    draws = inverse_cdf(probs[:1].expand(60_000, 5), torch.rand(60_000, dtype=torch.float64, generator=g))
+    freq = torch.bincount(draws, minlength=5).double() / 60_000
+    torch.testing.assert_close(freq, torch.tensor([0.125, 0.0, 0.5, 0.375, 0.0], dtype=torch.float64), rtol=0,
+                               atol=0.01)
