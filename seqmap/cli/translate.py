@@ -23,7 +23,8 @@ def add_parser(commands) -> None:
                            help="print N best translations as `i ||| text ||| score` (needs --decode.beam_size >= N)")
     translate.add_argument("--prefix", help="force every translation to start with this target text")
     translate.add_argument("--sample", action="store_true", help="sample (temperature/top-k/top-p) instead of search")
-    translate.add_argument("--seed", type=int, default=0, help="sampling seed")
+    translate.add_argument("--seed", type=int, default=0,
+                           help="sampling seed: sentence i draws with seed + i (its text does not depend on the others)")
     translate.add_argument("--align", action="store_true",
                            help="also print, per output token, the source token it attends to most")
     translate.add_argument("--align-layer", type=int, default=-1, help="layer whose heads --align averages")

@@ -29,7 +29,7 @@ from seqmap.config import DecodeConfig, from_dict, to_dict
 from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD, Tokenizer
 from seqmap.decoding.beam import Hypothesis, beam_search, length_norm
 from seqmap.decoding.greedy import decode_loop, pick_best
-from seqmap.decoding.sampling import sampling_choice
+from seqmap.decoding.sampling import RowSampler
 
 
 class Scored(NamedTuple):
@@ -95,17 +95,21 @@ def budget_batches(lengths: Sequence[int], indices: Sequence[int], budget: int) 
 
 def decode_batch(model, src: Tensor | None, src_mask: Tensor | None, prompt: Tensor, max_len: int | Tensor,
                  decode: DecodeConfig, *, n_best: int = 1, sample: bool = False,
-                 generator: torch.Generator | None = None, need_attention: bool = False,
+                 generators: Sequence[torch.Generator] | None = None, need_attention: bool = False,
                  scores: bool = True) -> list[list[Hypothesis]]:
     """Decode one batch as ``decode`` says (greedy, beam or sampling); per row its n-best ``Hypothesis`` list.
 
-    ``scores=False``: greedy decoding skips the scores (a softmax over the vocabulary per step), and its
-    hypotheses' ``score`` and ``normalized`` are None; sampling and beam search always score.
+    ``sample``: row b draws from ``generators[b]`` (``RowSampler``), so its output does not depend on the
+    rows beside it, and finished rows leave the batch. ``scores=False``: greedy decoding skips the scores
+    (a softmax over the vocabulary per step), and its hypotheses' ``score`` and ``normalized`` are None;
+    sampling and beam search always score.
     """
     if sample or (decode.beam_size == 1 and n_best == 1):
         if n_best != 1:
             raise ValueError(f"n_best={n_best} needs beam search (sampling draws one output per input)")
-        choose = sampling_choice(decode.temperature, decode.top_k, decode.top_p, generator) if sample else pick_best
+        if sample and (generators is None or len(generators) != prompt.size(0)):
+            raise ValueError(f"sampling needs one generator per row: {prompt.size(0)} rows")
+        choose = RowSampler(decode.temperature, decode.top_k, decode.top_p, generators) if sample else pick_best
         result = decode_loop(model, src, src_mask, bos=BOS, eos=EOS, max_len=max_len, pad=PAD, prompt=prompt,
                              choose=choose, need_attention=need_attention, banned=NEVER_GENERATED,
                              no_repeat_ngram=decode.no_repeat_ngram, scores=scores or sample)
@@ -127,8 +131,10 @@ def decode_batch(model, src: Tensor | None, src_mask: Tensor | None, prompt: Ten
                        no_repeat_ngram=decode.no_repeat_ngram).hypotheses
 
 
-def _generator(sample: bool, seed: int, device) -> torch.Generator | None:
-    return torch.Generator(device=device).manual_seed(seed) if sample else None
+def _generators(sample: bool, seed: int, count: int, device) -> list[torch.Generator] | None:
+    """Input i's sampling generator, seeded with ``seed + i``: its output depends on its own input and
+    seed only, not on the inputs decoded beside it (nor on how they are batched)."""
+    return [torch.Generator(device=device).manual_seed(seed + i) for i in range(count)] if sample else None
 
 
 @torch.no_grad()
@@ -146,7 +152,8 @@ def translate_nbest(model, sources: Sequence[Sequence[int]], decode: DecodeConfi
         prefixes: per source, target ids the translation is forced to start
             with (fed after BOS, returned as part of the output, not scored).
         sample: sample instead of searching (``temperature``, ``top_k``, ``top_p``).
-        seed: seeds the sampling (same seed, same inputs: same outputs).
+        seed: seeds the sampling: source i draws from a generator seeded with ``seed + i``, so its
+            translation depends on it and that seed only (alone with ``seed + i``, it is the same).
         need_attention: keep each output's attention (rows for generated tokens only).
         scores: False: greedy decoding (beam size 1, no sampling) does not score its outputs
             (``Scored.score`` and ``normalized`` are None), a softmax over the vocabulary per step saved.
@@ -156,7 +163,7 @@ def translate_nbest(model, sources: Sequence[Sequence[int]], decode: DecodeConfi
         raise ValueError(f"{len(forced)} prefixes for {len(sources)} sources")
     beams = 1 if sample else decode.beam_size
     lengths = [max(len(s), 1) for s in sources]
-    generator = _generator(sample, seed, device)
+    generators = _generators(sample, seed, len(sources), device)
     out: list[list[Scored]] = [[] for _ in sources]
     for prefix_len in sorted({len(f) for f in forced}):  # rows of a batch share one prefix length
         group = [i for i, f in enumerate(forced) if len(f) == prefix_len]
@@ -165,7 +172,8 @@ def translate_nbest(model, sources: Sequence[Sequence[int]], decode: DecodeConfi
             max_len = (decode.max_len_a * src_mask.sum(1).cpu() + decode.max_len_b).long().clamp(min=1)
             prompt = torch.tensor([forced[i] for i in batch], dtype=torch.long, device=device)
             hyps = decode_batch(model, src, src_mask, prompt, max_len, decode, n_best=n_best, sample=sample,
-                                generator=generator, need_attention=need_attention, scores=scores)
+                                generators=generators and [generators[i] for i in batch],
+                                need_attention=need_attention, scores=scores)
             for i, nbest in zip(batch, hyps):
                 out[i] = [Scored(forced[i][1:] + strip_output(h.tokens), h.score, h.normalized, h.attention)
                           for h in nbest]
@@ -223,14 +231,15 @@ def generate_nbest(model, prompts: Sequence[Sequence[int]], decode: DecodeConfig
         raise ValueError("every prompt needs at least one token (a language model has no BOS of its own)")
     beams = 1 if sample else decode.beam_size
     lengths = [len(p) + decode.max_new_tokens for p in prompts]
-    generator = _generator(sample, seed, device)
+    generators = _generators(sample, seed, len(prompts), device)
     out: list[list[Scored]] = [[] for _ in prompts]
     for prompt_len in sorted({len(p) for p in prompts}):
         group = [i for i, p in enumerate(prompts) if len(p) == prompt_len]
         for batch in budget_batches(lengths, group, max(decode.max_tokens // beams, 1)):
             prompt = torch.tensor([list(prompts[i]) for i in batch], dtype=torch.long, device=device)
             hyps = decode_batch(model, None, None, prompt, decode.max_new_tokens, decode, n_best=n_best,
-                                sample=sample, generator=generator, need_attention=need_attention)
+                                sample=sample, generators=generators and [generators[i] for i in batch],
+                                need_attention=need_attention)
             for i, nbest in zip(batch, hyps):
                 out[i] = [Scored(strip_output(h.tokens), h.score, h.normalized, h.attention) for h in nbest]
     return out

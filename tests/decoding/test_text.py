@@ -106,6 +106,27 @@ def test_sampling_top_k_one_is_greedy_and_a_seed_reproduces():
     assert translate_texts(model, TOK, TOK, SOURCES, seed=8, **hot) != first
 
 
+@pytest.mark.parametrize("family", ["transformer", "lm"])
+def test_each_sample_depends_on_its_input_and_seed_only(family):
+    """Input i draws from a generator seeded with seed + i: the same text alone with that seed, under any
+    token budget (other batches) and beside any other inputs."""
+    model = make(family)
+    hot = dict(sample=True, temperature=3.0)
+    if family == "lm":
+        texts = ["a b", "c", "", "d e f g", "a b"]
+        drawn = generate_texts(model, TOK, texts, seed=5, max_new_tokens=8, **hot)
+        assert drawn == generate_texts(model, TOK, texts, seed=5, max_new_tokens=8, max_tokens=10, **hot)
+        for i, text in enumerate(texts):
+            assert generate_texts(model, TOK, [text], seed=5 + i, max_new_tokens=8, **hot) == [drawn[i]]
+        assert drawn[0] != drawn[4]  # the same prompt, another seed
+        return
+    drawn = translate_texts(model, TOK, TOK, SOURCES, seed=5, **hot)
+    assert drawn == translate_texts(model, TOK, TOK, SOURCES, seed=5, max_tokens=7, **hot)  # other batches
+    assert translate_texts(model, TOK, TOK, SOURCES[::-1], seed=5, **hot) != drawn[::-1]  # seeds follow positions
+    for i, source in enumerate(SOURCES):
+        assert translate_texts(model, TOK, TOK, [source], seed=5 + i, **hot) == [drawn[i]]
+
+
 def test_prefix_forces_the_start_of_every_translation():
     model = make()
     out = translate_texts(model, TOK, TOK, SOURCES, beam_size=2, prefix="c d")
