@@ -24,7 +24,7 @@ def add_parser(commands) -> None:
     translate.add_argument("--prefix", help="force every translation to start with this target text")
     translate.add_argument("--sample", action="store_true", help="sample (temperature/top-k/top-p) instead of search")
     translate.add_argument("--seed", type=int, default=0,
-                           help="sampling seed: sentence i draws with seed + i (its text does not depend on the others)")
+                           help="sampling seed: sentence i draws with seed + i (its text does not depend on others)")
     translate.add_argument("--align", action="store_true",
                            help="also print, per output token, the source token it attends to most")
     translate.add_argument("--align-layer", type=int, default=-1, help="layer whose heads --align averages")
