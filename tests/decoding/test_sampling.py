@@ -28,6 +28,29 @@ def test_top_p_keeps_the_smallest_set_reaching_the_mass():
     assert torch.isfinite(top_p_filter(two, 0.7)).tolist() == [[False, False, True, True], [True, True, False, False]]
 
 
+def test_top_k_keeps_what_a_stable_sort_keeps_among_many_ties():
+    g = torch.Generator().manual_seed(0)
+    lp = torch.randint(0, 6, (50, 300), generator=g).float()  # every value tied many times
+    for k in (1, 7, 60, 299):
+        reference = lp.sort(dim=-1, descending=True, stable=True).indices[:, :k]  # ties: the lower ids
+        kept = torch.zeros_like(lp, dtype=torch.bool).scatter(-1, reference, True)
+        assert torch.equal(torch.isfinite(top_k_filter(lp, k)), kept), k
+
+
+def test_top_p_ranks_a_few_candidates_or_every_token_of_a_wide_row():
+    from seqmap.decoding.sampling import TOP_P_CANDIDATES
+
+    vocab = 4 * TOP_P_CANDIDATES
+    peaked = torch.full((vocab,), -60.0)
+    peaked[[5, 900, 17, 300]] = torch.tensor([0.5, 0.25, 0.125, 0.125]).log()  # the rest: about 1e-26 each
+    flat = torch.zeros(vocab)  # every token 1 / vocab: the candidates hold a quarter of the mass
+    out = top_p_filter(torch.stack([peaked, flat]), 0.8)
+    assert torch.isfinite(out[0]).nonzero().squeeze(1).tolist() == [5, 17, 900]  # 0.5 + 0.25 + 0.125 >= 0.8
+    assert torch.equal(out[0][torch.isfinite(out[0])], peaked[[5, 17, 900]])
+    assert int(torch.isfinite(out[1]).sum()) == 820  # all ranked: 820 / 1024 is the first share >= 0.8
+    assert int(torch.isfinite(top_p_filter(flat[None], 0.75)).sum()) == 768  # exactly 0.75
+
+
 def _model():
     torch.manual_seed(0)
     return build_model(ModelConfig(family="transformer", src_vocab=12, tgt_vocab=12, d_model=16, n_heads=2, d_ff=32,
