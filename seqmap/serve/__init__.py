@@ -162,6 +162,9 @@ def _ct2_export(args: argparse.Namespace, run):
     if not ((family == "transformer" and task == "translation") or family == "lm"):
         raise ServeError(f"--ct2 searches for Transformer translation runs and decoder-only LMs; {args.run_dir} is "
                          f"model.family={family}, data.task={task}: leave out --ct2")
+    if run.cfg.decode.no_repeat_ngram:  # every search would fail in the worker: refuse before serving
+        raise ServeError(f"{args.run_dir} decodes with decode.no_repeat_ngram={run.cfg.decode.no_repeat_ngram}, "
+                         "which CTranslate2 is not given: leave out --ct2")
     try:
         export = open_export(args.ct2, run, threads=torch.get_num_threads(), int8=args.quantize == "int8")
     except HubError as e:

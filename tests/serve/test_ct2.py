@@ -180,3 +180,20 @@ def test_a_greedy_prompt_past_an_lm_exports_positions_is_a_422(lm_run, tmp_path)
                                              "or a shorter prompt", "field": "max_new_tokens"}
         assert client.post("/generate", json={**body, "max_new_tokens": 8}).status_code == 200
         assert client.post("/generate", json={**body, "sample": True}).status_code == 200  # seqmap samples
+
+
+def test_a_run_that_decodes_with_no_repeat_ngram_is_refused_before_serving(translation_run, ct2_dir):
+    """CTranslate2 is not given ``no_repeat_ngram``: every search would fail in the worker, so the command
+    refuses it in one line before it serves (it answered 500 to each request)."""
+    import argparse
+
+    from seqmap.serve import ServeError, _ct2_export
+
+    cfg = translation_run.cfg
+    run = dataclasses.replace(translation_run, cfg=dataclasses.replace(
+        cfg, decode=dataclasses.replace(cfg.decode, no_repeat_ngram=3)))
+    args = argparse.Namespace(ct2=str(ct2_dir), run_dir="runs/x", quantize="none")
+    with pytest.raises(ServeError, match=r"runs/x decodes with decode.no_repeat_ngram=3, which CTranslate2 is not "
+                                         r"given: leave out --ct2"):
+        _ct2_export(args, run)
+    assert _ct2_export(args, translation_run)[1] == f"CTranslate2 ({ct2_dir}, float32)"
