@@ -20,7 +20,8 @@ def add_parser(commands) -> None:
         "  seqmap classify runs/mnist_vit digit.png --top 3")
     classify.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify (image files for an image "
                                                                      "classifier)")
-    classify.add_argument("--input", help="a file of texts, one per line")
+    classify.add_argument("--input", help="a file of texts, one per line (image paths for an image "
+                                          "classifier)")
     classify.add_argument("--top", type=int, default=1, help="print the k most likely classes (default 1)")
     classify.set_defaults(handler=cmd_classify)
 
@@ -44,6 +45,10 @@ def cmd_classify(args: argparse.Namespace) -> int:
         texts = args.texts or [line.rstrip("\n") for line in sys.stdin]
     if not texts:
         raise UserError("nothing to classify: give TEXT arguments, --input FILE, or pipe texts into stdin")
+    if run.cfg.data.task == "image" and "" in (t.strip() for t in texts):
+        line = [t.strip() for t in texts].index("") + 1
+        where = "an argument" if args.texts else f"line {line} of {args.input or 'stdin'}"
+        raise UserError(f"{where} is empty; an image classifier reads one image path per line")
     labels, k = run.labels, min(args.top, len(run.labels))
     for text in texts:
         if run.cfg.data.task == "image":

@@ -4,6 +4,7 @@ and CTranslate2."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from seqmap.cli.common import UserError
@@ -27,12 +28,15 @@ def add_parser(commands) -> None:
     p.add_argument("--out", required=True, help="the run directory to write")
     p.set_defaults(handler=cmd_import)
     e = commands.add_parser(
-        "export", allow_abbrev=False, help="export a run in the Hugging Face format",
+        "export", allow_abbrev=False, help="export a run in the Hugging Face format or for CTranslate2",
         description="hf RUN_DIR --out DIR: a decoder-only language model (family lm with learned positions,\n"
                     "pre-LN, unscaled embeddings) as a GPT-2 directory (GPT2LMHeadModel.from_pretrained),\n"
                     "an encoder-decoder Transformer (post-LN, split sinusoidal positions, one shared\n"
                     "vocabulary) as a MarianMT directory (MarianMTModel.from_pretrained); the tokenizer as\n"
-                    "it was imported, or as tokenizer.json where it converts.",
+                    "it was imported, or as tokenizer.json where it converts.\n"
+                    "ct2 RUN_DIR --out DIR: a seqmap-trained Transformer or LM (or an imported MarianMT / GPT-2)\n"
+                    "as a CTranslate2 model. --out must be a new or empty directory. Other families (rnn,\n"
+                    "classifier, vit, gat, speech) have no exported form.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  seqmap export hf runs/gpt2-finetuned --out exported/gpt2-finetuned\n"
                "  seqmap export hf runs/opus-en-zh --out exported/opus-en-zh\n"
@@ -55,7 +59,10 @@ def cmd_import(args: argparse.Namespace) -> int:
         checkpoint = import_hf(args.source, args.out)
     except (HubError, TokenizerError) as e:
         raise UserError(str(e)) from None
-    print(f"imported {args.source} into {Path(args.out)} ({checkpoint.name})")
+    state = json.loads((checkpoint / "trainer.json").read_text(encoding="utf-8"))["trainer_state"]
+    note = "; its classification head is untrained: fine-tune it with seqmap train CONFIG --init " \
+           f"{Path(args.out)}" if state.get("untrained_head") else ""
+    print(f"imported {args.source} into {Path(args.out)} ({checkpoint.name}{note})")
     return 0
 
 

@@ -170,6 +170,8 @@ def read_wav(path: str | Path, sample_rate: int | None = None) -> tuple[np.ndarr
     missing, not audio, or empty.
     """
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path} is a directory; give the audio files in it (e.g. {path / '*.wav'})")
     if not path.is_file():
         raise DataError(f"audio file not found: {path}")
     return _read_audio(str(path), str(path), sample_rate)
@@ -219,16 +221,21 @@ def read_manifest(path: Path, sample_rate: int | None = None) -> Recordings:
     """Recordings listed in a TSV: ``path<TAB>transcript[<TAB>speaker]``, paths relative to the manifest."""
     waves, texts, speakers = [], [], []
     rate = sample_rate
-    with open(path, encoding="utf-8", newline="") as f:
-        for line_no, row in enumerate(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE), 1):
-            if not row or not row[0].strip():
-                continue
-            if len(row) < 2 or not row[1].strip():
-                raise DataError(f"{path}:{line_no}: expected path<TAB>transcript[<TAB>speaker], got {row!r}")
-            wave, rate = read_wav(path.parent / row[0], rate)
-            waves.append(wave)
-            texts.append(row[1].strip())
-            speakers.append(row[2].strip() if len(row) > 2 else "-")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[:e.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line}: not valid UTF-8; convert the manifest to UTF-8, e.g. iconv -f latin1 -t "
+                        "utf-8") from None
+    for line_no, row in enumerate(csv.reader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE), 1):
+        if not row or not row[0].strip():
+            continue
+        if len(row) < 2 or not row[1].strip():
+            raise DataError(f"{path}:{line_no}: expected path<TAB>transcript[<TAB>speaker], got {row!r}")
+        wave, rate = read_wav(path.parent / row[0], rate)
+        waves.append(wave)
+        texts.append(row[1].strip())
+        speakers.append(row[2].strip() if len(row) > 2 else "-")
     if not waves:
         raise DataError(f"{path} lists no recordings")
     offsets = np.zeros(len(waves) + 1, dtype=np.int64)

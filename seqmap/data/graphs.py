@@ -261,10 +261,12 @@ def load_planetoid(
         folder = Path(root) if root is not None else DEFAULT_PLANETOID_DIR
         path = folder / f"{text.lower()}.npz"
         if not path.is_file():
-            raise GraphError(f"{path}: no such file; pass root=DIR holding {text.lower()}.npz, or the .npz path "
-                             "itself (the standard split is in ../shared/data/planetoid/)")
+            raise GraphError(f"{path}: no such file; give the .npz path itself, or put {text.lower()}.npz in "
+                             f"{folder} (seqmap data prepare {text.lower()} --from DIR --dest {folder})")
     else:
         path = Path(name_or_path)
+        if path.is_dir():
+            raise GraphError(f"{path} is a directory; give the graph .npz file itself")
         if not path.is_file():
             known = ", ".join(sorted(PLANETOID_SHA256))
             raise GraphError(f"{path}: no such file; give a graph .npz path or one of the names {known}")

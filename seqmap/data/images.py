@@ -128,7 +128,7 @@ def read_image_file(path: str | Path | BinaryIO, mode: str, size: tuple[int, int
         with Image.open(path) as img:
             if max_pixels is not None and img.width * img.height > max_pixels:
                 raise ImageError(f"{name} is {img.width}x{img.height} pixels; at most {max_pixels} pixels")
-            img = img.convert(mode)
+            img = _eight_bit(img).convert(mode)
             if size is not None and (img.height, img.width) != tuple(size):
                 img = img.resize((size[1], size[0]), Image.Resampling.BILINEAR)
             array = np.array(img, dtype=np.uint8)  # a writable copy
@@ -141,6 +141,17 @@ def read_image_file(path: str | Path | BinaryIO, mode: str, size: tuple[int, int
                          "WebP or TIFF file") from None
     array = array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
     return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def _eight_bit(img):
+    """A 16- or 32-bit grey image (mode I;16*, I) scaled to 8 bits (L); Pillow's convert would clip every value
+    above 255 to white. Other modes are returned as they are."""
+    from PIL import Image
+
+    if not (img.mode.startswith("I;16") or img.mode == "I"):
+        return img
+    pixels = np.asarray(img).astype(np.int64).clip(0, 65535)
+    return Image.fromarray(((pixels * 255 + 32767) // 65535).astype(np.uint8), "L")
 
 
 def _folder_mode(files: list[Path], mode: str) -> str:

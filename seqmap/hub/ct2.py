@@ -41,7 +41,7 @@ from seqmap.data.hf_tokenizer import HFTokenizer
 from seqmap.data.tokenizer_base import BOS, EOS, NEVER_GENERATED, UNK
 from seqmap.decoding.beam import length_norm
 from seqmap.decoding.text import Scored
-from seqmap.hub.export import export_hf
+from seqmap.hub.export import export_hf, fresh_out
 from seqmap.hub.source import HubError
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
@@ -62,9 +62,7 @@ def export_ct2(run, out_dir: str | os.PathLike, quantization: str | None = None)
     _ctranslate2()
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise HubError(f"--quantization {quantization!r} is not one of CTranslate2's: {', '.join(QUANTIZATIONS)}")
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise HubError(f"{out} exists and is not empty; choose another --out directory")
+    out = fresh_out(out_dir)
     if writes_spec(run):
         spec = transformer_spec(run) if run.cfg.model.family == "transformer" else lm_spec(run)
         spec.validate()

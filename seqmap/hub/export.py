@@ -39,7 +39,7 @@ def export_hf(run, out_dir: str | os.PathLike) -> Path:
     if family not in FAMILIES:
         raise HubError(f"{run.checkpoint}: model.family={family}; seqmap exports "
                        f"{', '.join(f'{k} (as {v})' for k, v in FAMILIES.items())}")
-    out = Path(out_dir)
+    out = fresh_out(out_dir)
     model = _gpt2(run) if family == "lm" else _marian(run)
     _generation_config(model, run.cfg.decode, family)
     model.save_pretrained(out)
@@ -47,6 +47,16 @@ def export_hf(run, out_dir: str | os.PathLike) -> Path:
         _export_tokenizer(run.tgt_tok, out)
     else:
         _export_marian_tokenizer(run, out)
+    return out
+
+
+def fresh_out(out_dir: str | os.PathLike) -> Path:
+    """``--out`` of an export: a new or empty directory (files of an earlier export are not mixed with the new)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise HubError(f"{out} is a file; choose another --out directory")
+    if out.is_dir() and any(out.iterdir()):
+        raise HubError(f"{out} exists and is not empty; choose another --out directory")
     return out
 
 
@@ -263,12 +273,14 @@ def _export_tokenizer(tok, out: Path) -> None:
         PreTrainedTokenizerFast(tokenizer_object=hf, eos_token=eos, bos_token=eos, unk_token=eos).save_pretrained(out)
         return
     if tok.kind in ("char", "word"):
-        from tokenizers import Tokenizer, models, pre_tokenizers
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
         vocab = {piece: i for i, piece in enumerate(tok.pieces(range(tok.vocab_size)))}
         words = Tokenizer(models.WordLevel(vocab, unk_token=tok.pieces([UNK])[0]))
-        words.pre_tokenizer = (pre_tokenizers.Split("", "isolated") if tok.kind == "char"
-                               else pre_tokenizers.WhitespaceSplit())
+        if tok.kind == "char":  # characters decode side by side (WordLevel's default puts spaces between tokens)
+            words.pre_tokenizer, words.decoder = pre_tokenizers.Split("", "isolated"), decoders.Fuse()
+        else:
+            words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
         names = tok.pieces([PAD, BOS, EOS, UNK])
         PreTrainedTokenizerFast(tokenizer_object=words, pad_token=names[0], bos_token=names[1], eos_token=names[2],
                                 unk_token=names[3]).save_pretrained(out)

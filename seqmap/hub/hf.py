@@ -303,6 +303,8 @@ def import_hf(source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
             if name in weights:
                 tensor.copy_(weights[name])
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise HubError(f"{out} is a file; choose another --out directory")
     if (out / "checkpoints").exists():
         raise HubError(f"{out} already holds checkpoints; choose another --out directory")
     tok_dir = out / "tokenizer"

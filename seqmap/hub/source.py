@@ -41,7 +41,8 @@ def resolve_source(source: str | os.PathLike) -> Path:
         return Path(snapshot_download(str(source), allow_patterns=["*.json", "*.safetensors", "*.model",
                                                                    "*.spm", "*.txt"]))
     except Exception as e:  # offline, unknown repository, gated model: huggingface_hub's own error types
-        raise HubError(f"cannot fetch {source} from the Hugging Face Hub ({type(e).__name__}: "
+        raise HubError(f"no local directory {source}, and it cannot be fetched from the Hugging Face Hub "
+                       f"({type(e).__name__}: "
                        f"{' '.join(str(e).split())[:200]}); on a machine without Hub access, download it "
                        "elsewhere and pass the local directory") from None
 
@@ -60,22 +61,35 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def read_weights(directory: Path) -> dict[str, Tensor]:
     """``model.safetensors`` (sharded ones too); a checkpoint saved only as a pickle is refused in one line."""
-    from safetensors.torch import load_file
-
     single = directory / "model.safetensors"
     index = directory / "model.safetensors.index.json"
     if single.is_file():
-        return load_file(str(single))
+        return _load_safetensors(single)
     if index.is_file():
         shards = sorted(set(read_json(index).get("weight_map", {}).values()))
         weights: dict[str, Tensor] = {}
         for shard in shards:
-            weights.update(load_file(str(directory / shard)))
+            weights.update(_load_safetensors(directory / shard))
         return weights
     if (directory / "pytorch_model.bin").is_file():
         raise HubError(f"{directory} holds pytorch_model.bin (a pickle), which seqmap does not load; save it "
                        "again with save_pretrained(dir, safe_serialization=True) to get model.safetensors")
     raise HubError(f"{directory} has no model.safetensors; give the directory that save_pretrained wrote")
+
+
+def _load_safetensors(path: Path) -> dict[str, Tensor]:
+    """One safetensors file; a missing, truncated or corrupt one is one line."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        raise HubError(f"{path} is missing (model.safetensors.index.json names it); copy every shard the index "
+                       "lists")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise HubError(f"{path} is not a readable safetensors file ({' '.join(str(e).split())}); it is truncated "
+                       "or corrupt: copy or save_pretrained it again") from None
 
 
 def rows(table: Tensor, hf_ids: list[int | None]) -> Tensor:

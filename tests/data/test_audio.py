@@ -121,6 +121,17 @@ def test_bad_audio_files_are_one_line_errors(tmp_path, content, match):
         read_wav(tmp_path / "missing.wav")
 
 
+def test_a_directory_or_a_manifest_not_in_utf8_is_one_line(tmp_path):
+    with pytest.raises(DataError, match=r"is a directory; give the audio files in it \(e.g. .*\*\.wav\)"):
+        read_wav(tmp_path)
+    (tmp_path / "a.wav").write_bytes(wav_bytes(np.full(900, 1000, np.int16)))
+    (tmp_path / "list.tsv").write_bytes("a.wav\tone\na.wav\tdeux \xe9\n".encode("latin-1"))
+    with pytest.raises(DataError, match=r"list.tsv:2: not valid UTF-8; convert the manifest to UTF-8"):
+        read_recordings(tmp_path / "list.tsv")
+    (tmp_path / "crlf.tsv").write_bytes(b"a.wav\tone\r\na.wav\ttwo\r\n")
+    assert read_recordings(tmp_path / "crlf.tsv").texts == ["one", "two"]
+
+
 def test_an_empty_wav_is_refused(tmp_path):
     (tmp_path / "e.wav").write_bytes(wav_bytes(np.zeros(0, np.int16)))
     with pytest.raises(DataError, match="holds no samples"):

@@ -99,8 +99,11 @@ def test_unreadable_or_missing_files(tmp_path):
         read_graph(bad)
     with pytest.raises(GraphError, match=r"no such file; give the path"):
         read_graph(tmp_path / "absent.npz")
-    with pytest.raises(GraphError, match=r"cora.npz: no such file; pass root=DIR"):
+    with pytest.raises(GraphError, match=r"cora.npz: no such file; give the .npz path itself, or put cora.npz in "
+                                         r".* \(seqmap data prepare cora --from DIR --dest .*\)"):
         load_planetoid("cora", root=tmp_path)
+    with pytest.raises(GraphError, match=r"is a directory; give the graph .npz file itself"):
+        load_planetoid(tmp_path)
     with pytest.raises(GraphError, match=r"one of the names citeseer, cora"):
         load_planetoid("coraa")
 

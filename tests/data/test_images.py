@@ -146,3 +146,12 @@ def test_mnist_prepare_and_download_from_the_shared_copy(tmp_path):
     np.savez(tmp_path / "fake" / "mnist.npz", x_train=np.zeros((1, 28, 28), np.uint8), y_train=np.zeros(1, np.uint8))
     with pytest.raises(ChecksumError, match="expected the arrays' sha256"):
         datasets.prepare("mnist", tmp_path / "fake", tmp_path / "q")
+
+
+def test_a_16_bit_grey_image_is_scaled_to_8_bits_not_clipped(tmp_path):
+    pixels = np.array([[0, 1, 128, 255], [17, 200, 64, 3]], dtype=np.uint8)
+    Image.fromarray(pixels.astype(np.uint16) * 257).save(tmp_path / "deep.png")  # 8-bit values spread to 16 bits
+    assert Image.open(tmp_path / "deep.png").mode.startswith("I")
+    for mode in ("L", "RGB"):
+        image = read_image_file(tmp_path / "deep.png", mode)
+        assert torch.equal(image, torch.from_numpy(pixels)[None].expand(image.size(0), -1, -1))

@@ -142,6 +142,19 @@ def test_a_bert_model_without_head_imports_with_an_untrained_one(tmp_path):
     assert trainer["trainer_state"]["untrained_head"] is True
 
 
+def test_the_command_line_says_when_the_imported_head_is_untrained(tmp_path, capsys):
+    from seqmap.cli import main
+
+    tiny_bert(tmp_path / "hf", seed=1, head=False)
+    assert main(["import", "hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run")]) == 0
+    assert capsys.readouterr().out.strip().endswith(
+        f"(step-000000; its classification head is untrained: fine-tune it with seqmap train CONFIG --init "
+        f"{tmp_path / 'run'})")
+    tiny_bert(tmp_path / "hf2", seed=1)
+    assert main(["import", "hf", str(tmp_path / "hf2"), "--out", str(tmp_path / "run2")]) == 0
+    assert capsys.readouterr().out.strip().endswith("(step-000000)")
+
+
 def test_vit_logits_agree(vit):
     hf, processor, run, _ = vit
     images = np.random.default_rng(0).integers(0, 256, size=(4, 16, 16, 3), dtype=np.uint8)
@@ -168,6 +181,10 @@ def test_seqmap_classify_names_the_same_class_for_an_image(vit, tmp_path, capsys
         expected.append(LABELS[int(logits.argmax())])
     assert main(["classify", str(root / "run"), *paths]) == 0
     assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == expected
+    (tmp_path / "list.txt").write_text(f"{paths[0]}\n\n{paths[1]}\n")
+    assert main(["classify", str(root / "run"), "--input", str(tmp_path / "list.txt")]) == 2
+    assert capsys.readouterr().err.strip() == (f"seqmap: error: line 2 of {tmp_path / 'list.txt'} is empty; an image "
+                                               "classifier reads one image path per line")
 
 
 def test_bad_bert_and_vit_directories_are_one_line(tmp_path):
