@@ -1,6 +1,8 @@
 """A classifier end to end through the one config / train / classify path: it learns, and mistakes get one line."""
 
+import io
 import random
+import sys
 
 import pytest
 import yaml
@@ -45,7 +47,7 @@ def write(tmp_path, cfg: dict):
     return str(path)
 
 
-def test_train_then_classify(tmp_path, capsys):
+def test_train_then_classify(tmp_path, capsys, monkeypatch):
     run_dir = tmp_path / "run"
     assert main(["train", write(tmp_path, config(tmp_path)), "--run-dir", str(run_dir)]) == 0
     out = capsys.readouterr().out
@@ -56,6 +58,13 @@ def test_train_then_classify(tmp_path, capsys):
     lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
     assert [line[0] for line in lines] == ["games", "net"] and all(len(line) == 4 for line in lines)
     assert all(float(line[1]) > 0.5 for line in lines)
+    expected = "\n".join("\t".join(line) for line in lines) + "\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(  # read as a file is: BOM and CRLF dropped
+        b"\xef\xbb\xbfthe player of the quest\r\na http proxy on a socket\r\n")))
+    assert main(["classify", str(run_dir), "--top", "2"]) == 0
+    assert capsys.readouterr().out == expected
+    assert main(["classify", str(run_dir), "the \udcff player"]) == 2  # bytes that are not UTF-8, from sys.argv
+    assert "TEXT 1 is not valid UTF-8 (character 5 is not text)" in capsys.readouterr().err
 
 
 def test_other_verbs_refuse_a_classifier(tmp_path, capsys):

@@ -25,6 +25,7 @@ assembles the parser and runs the chosen handler.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import seqmap
@@ -107,3 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("seqmap: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of a pipe left (`seqmap translate ... | head -1`): no traceback
+        try:  # Python flushes stdout again at exit: point it where that cannot fail
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout is not a real file (captured in tests)
+            pass
+        return 141  # 128 + SIGPIPE, as the shell reports a process a closed pipe ended

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from seqmap.cli.common import UserError, load, run_parser
+from seqmap.cli.common import UserError, check_text, load, run_parser
 
 
 def add_parser(commands) -> None:
@@ -41,8 +40,14 @@ def cmd_classify(args: argparse.Namespace) -> int:
         from seqmap.data.corpus import read_lines
 
         texts = read_lines(args.input, "--input")
+    elif args.texts:
+        for number, text in enumerate(args.texts, start=1):
+            check_text(text, f"TEXT {number}")
+        texts = args.texts
     else:
-        texts = args.texts or [line.rstrip("\n") for line in sys.stdin]
+        from seqmap.data.corpus import read_stdin
+
+        texts = read_stdin()
     if not texts:
         raise UserError("nothing to classify: give TEXT arguments, --input FILE, or pipe texts into stdin")
     if run.cfg.data.task == "image" and "" in (t.strip() for t in texts):

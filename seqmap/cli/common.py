@@ -11,6 +11,15 @@ class UserError(Exception):
     """A mistake the user can fix; printed as one line, exit status 2."""
 
 
+def check_text(text: str, where: str) -> None:
+    """A command-line argument that is not UTF-8 (Python hands its bytes over as lone surrogates) is one error."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise UserError(f"{where} is not valid UTF-8 (character {err.start + 1} is not text); "
+                        "give it in UTF-8, e.g. convert it with iconv -t utf-8") from None
+
+
 def threads(n: int | None) -> int:
     """Set torch's CPU threads to ``n`` (``--threads``; None: torch's choice); return the number in use."""
     import torch
@@ -62,4 +71,9 @@ def decode_config(run, args: argparse.Namespace):
     if other:
         raise UserError(f"only --decode.* options can be overridden here, got --{other[0]}.*")
     values = {**to_dict(run.cfg.decode), **overrides.get("decode", {})}
-    return from_dict(DecodeConfig, values, "decode")
+    decode = from_dict(DecodeConfig, values, "decode")
+    vocab = run.cfg.model.tgt_vocab
+    if vocab and decode.beam_size > vocab:  # the first step has only V candidates to fill the beam with
+        raise UserError(f"decode.beam_size={decode.beam_size} is larger than the target vocabulary ({vocab} "
+                        f"tokens); give --decode.beam_size {vocab} or less")
+    return decode

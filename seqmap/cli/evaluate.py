@@ -66,6 +66,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if run.src_tok is None:
         raise UserError(f"{args.run_dir} is a language model; evaluate needs a translation run")
     out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")
+    _check_out(out)
     summarize = args.lead is not None or args.baseline_run is not None
     decode = decode_config(run, args)
     translate = None
@@ -98,6 +99,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if summarize:
         _print_baselines(run, args, result)
     return 0
+
+
+def _check_out(out: Path) -> None:
+    """Before decoding: the hypothesis file's folder exists (or is made) and the path is not a folder."""
+    if out.is_dir():
+        raise UserError(f"--out {out} is a directory; give a file path, e.g. --out {out / 'test.hyp'}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot write the hypotheses to {out} ({e.strerror}: {e.filename}); give --out a path "
+                        "in a writable folder") from None
 
 
 def _print_baselines(run, args: argparse.Namespace, result: dict) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from seqmap.cli.common import UserError, decode_config, load, run_parser
+from seqmap.cli.common import UserError, check_text, decode_config, load, run_parser
 from seqmap.cli.ct2 import ct2_generate
 
 
@@ -34,6 +34,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UserError(f"{args.run_dir} is a graph (GAT) run; use `seqmap evaluate` or `seqmap plot attention --node`")
     if run.src_tok is not None:
         raise UserError(f"{args.run_dir} is a translation model; use `seqmap translate` instead")
+    check_text(args.prompt, "--prompt")
     decode = decode_config(run, args)
     if args.ct2 is not None:
         (output,) = ct2_generate(run, args, decode, [lm_prompt(run.tgt_tok, args.prompt)], sample=not args.greedy)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from seqmap.cli.common import UserError, decode_config, load, run_parser
+from seqmap.cli.common import UserError, check_text, decode_config, load, run_parser
 from seqmap.cli.ct2 import ct2_decoder, refuse_with_ct2
 
 
@@ -48,7 +48,11 @@ def cmd_translate(args: argparse.Namespace) -> int:
     if run.src_tok is None:
         raise UserError(f"{args.run_dir} is a language model; use `seqmap generate` instead")
     texts = _read_inputs(args)
+    if args.align:
+        _check_align(run, args.align_layer)
     decode = decode_config(run, args)
+    if args.prefix is not None:
+        check_text(args.prefix, "--prefix")
     prefixes = None if args.prefix is None else [run.tgt_tok.encode(args.prefix)] * len(texts)
     sources = [truncate_source(run.src_tok.encode(t), run.cfg.data.max_src_len) for t in texts]
     try:
@@ -77,6 +81,8 @@ def _read_inputs(args: argparse.Namespace) -> list[str]:
     if args.text and args.input:
         raise UserError("give sentences as arguments or --input FILE, not both")
     if args.text:
+        for number, text in enumerate(args.text, start=1):
+            check_text(text, f"TEXT {number}")
         return list(args.text)
     if args.input:
         from seqmap.data.corpus import read_lines
@@ -84,7 +90,26 @@ def _read_inputs(args: argparse.Namespace) -> list[str]:
         return read_lines(args.input, "--input")
     if sys.stdin is None or sys.stdin.isatty():
         raise UserError("nothing to translate: give TEXT arguments, --input FILE, or pipe sentences into stdin")
-    return [line.rstrip("\n") for line in sys.stdin]
+    from seqmap.data.corpus import read_stdin
+
+    return read_stdin()
+
+
+def _check_align(run, layer: int) -> None:
+    """Before decoding: --align needs a model with attention, and --align-layer one of its layers."""
+    import torch
+
+    from seqmap.data.tokenizers import EOS
+    from seqmap.decoding.align import forced_attention
+
+    with torch.no_grad():
+        weights = forced_attention(run.model, [EOS], [EOS], device=run.device)  # (L, H, T, 1)
+    if weights is None:
+        raise UserError("--align needs a model with attention (this RNN has rnn_attention=none)")
+    layers = weights.size(0)
+    if not -layers <= layer < layers:
+        raise UserError(f"--align-layer {layer} is out of range: the model has {layers} attention layers "
+                        f"(use 0..{layers - 1}, or -1 for the last)")
 
 
 def _print_alignment(run, text: str, hyp_ids: list[int], layer: int) -> None:

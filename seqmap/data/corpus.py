@@ -73,6 +73,14 @@ def read_lines(path: str | Path, config_key: str | None = None) -> list[str]:
     return lines
 
 
+def read_stdin() -> list[str]:
+    """stdin's lines as ``read_lines`` reads a file's: UTF-8 (else one error naming the line), LF or CRLF endings,
+    a leading byte-order mark dropped; no lines is no error (nothing in, nothing out)."""
+    import sys
+
+    return [_decode_line(raw, number, Path("stdin"), None) for number, raw in enumerate(sys.stdin.buffer, start=1)]
+
+
 def _decode_line(raw: bytes, number: int, path: Path, config_key: str | None) -> str:
     if raw.endswith(b"\n"):
         raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]

@@ -3,7 +3,8 @@
 Types and fixed ranges (a beam size is a positive integer, top-p lies in [1e-6, 1],
 a temperature in [1e-4, 1e4]: the ranges where the float32 arithmetic of decoding
 stays finite) are declared on the fields, so FastAPI rejects a wrong type with 422
-naming the field and the OpenAPI schema at ``/docs`` shows them. Limits that a server
+naming the field (strictly: ``"3"`` is no integer, ``"yes"`` no boolean; an integer
+is a float) and the OpenAPI schema at ``/docs`` shows them. Limits that a server
 operator sets (``Limits``: characters per text, texts per request, beam size, new
 tokens) are checked by ``check_translate`` / ``check_generate`` and raise
 ``RequestError``, which the app turns into the same 422 shape. Unknown fields are
@@ -57,7 +58,7 @@ class RequestError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # no coercion: "3" is not a beam size, "no" not false
 
 
 class TranslateRequest(_Strict):

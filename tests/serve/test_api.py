@@ -143,6 +143,11 @@ def test_each_limit_is_a_422_naming_the_field(client, body, field, words):
     ('{"text": ["a", 3]}', "text", ["text[1] must be a string"]),
     ('{"text": "a", "beam_size": "wide"}', "beam_size", ["valid integer", "'wide'"]),
     ('{"text": "a", "attention": "maybe"}', "attention", ["valid boolean"]),
+    ('{"text": "a", "beam_size": "3"}', "beam_size", ["valid integer", "'3'"]),  # no coercion from strings,
+    ('{"text": "a", "beam_size": true}', "beam_size", ["valid integer", "True"]),  # booleans
+    ('{"text": "a", "beam_size": 2.0}', "beam_size", ["valid integer", "2.0"]),  # or floats
+    ('{"text": "a", "attention": "yes"}', "attention", ["valid boolean", "'yes'"]),
+    ('{"text": "a", "attention": 1}', "attention", ["valid boolean"]),
     ("", "body", ["body is missing"]),
     ('{"text": "a \\ud800 b"}', "text", ["lone UTF-16 surrogate", "character 2"]),
     ('{"text": ["ok", "\\udfff"]}', "text[1]", ["lone UTF-16 surrogate"]),
@@ -256,6 +261,8 @@ def test_generate_attention_rows_are_the_generated_tokens(lm_client, lm_run):
     ({"prompt": "a", "top_p": 1.5}, "top_p"),
     ({"prompt": "a", "top_k": -1}, "top_k"),
     ({"prompt": "a", "seed": "x"}, "seed"),
+    ({"prompt": "a", "sample": "no"}, "sample"),  # not coerced to false
+    ({"prompt": "a", "max_new_tokens": "3"}, "max_new_tokens"),
     ({"prompt": 3}, "prompt"),
     ('{"prompt": "to \\ud800"}', "prompt"),  # a lone surrogate: valid JSON, not text
 ])
@@ -266,6 +273,13 @@ def test_generate_limits(lm_client, body, field):
         response = lm_client.post("/generate", json=body)
     assert response.status_code == 422 and response.json()["field"] == field, response.text
     assert lm_client.post("/generate", json={"prompt": "to", "max_new_tokens": 3}).status_code == 200
+
+
+def test_a_float_field_takes_a_json_integer(client, lm_client):
+    """Strict types still take 1 for 1.0: the page sends Number("1"), which JSON writes as 1."""
+    assert client.post("/translate", json={"text": "a b", "length_penalty": 1}).status_code == 200
+    body = {"prompt": "to", "max_new_tokens": 3, "temperature": 1, "top_p": 1}
+    assert lm_client.post("/generate", json=body).status_code == 200
 
 
 def test_lm_info(lm_client, lm_run):
