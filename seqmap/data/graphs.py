@@ -236,6 +236,10 @@ def read_graph(path: str | Path, *, normalize_features: bool = True, self_loops:
     path = Path(path)
     if not path.is_file():
         raise GraphError(f"{path}: no such file; give the path to a graph .npz (format: seqmap/data/graphs.py)")
+    with open(path, "rb") as f:
+        if f.read(2) != b"PK":  # numpy would read any other file as a pickle and say so
+            raise GraphError(f"{path}: not a .npz file (a .npz is a zip archive of arrays); write the graph with "
+                             "numpy.savez (format: seqmap/data/graphs.py)")
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}

@@ -94,7 +94,11 @@ def test_each_bad_input_gives_one_clear_line(tmp_path, changes, message):
 
 def test_unreadable_or_missing_files(tmp_path):
     bad = tmp_path / "bad.npz"
-    bad.write_bytes(b"not a zip")
+    bad.write_bytes(b"not a zip")  # numpy's own message would say the file holds pickled data
+    with pytest.raises(GraphError, match=r"bad.npz: not a .npz file \(a .npz is a zip archive of arrays\); write "
+                                         r"the graph with numpy.savez"):
+        read_graph(bad)
+    bad.write_bytes(b"PK\x03\x04 and then no zip")
     with pytest.raises(GraphError, match=r"bad.npz: not a readable .npz"):
         read_graph(bad)
     with pytest.raises(GraphError, match=r"no such file; give the path"):
