@@ -64,6 +64,16 @@ def _common(config: dict[str, Any], where: Path) -> tuple[str, float]:
     return ACTIVATIONS[act], float(eps)
 
 
+def _architecture(config: dict[str, Any], where: Path, classifier: str, bare: tuple[str, ...], task: str) -> None:
+    """A checkpoint whose head is not ``classifier`` (one of the ``bare`` models gets an untrained head) is one line:
+    a token-classification or question-answering BERT lacks the pooler a classifier reads."""
+    names = config.get("architectures") or []
+    other = [name for name in names if name not in (classifier, *bare)]
+    if other:
+        raise HubError(f"{where}: architectures {other[0]} is not supported; seqmap imports {task} classifiers "
+                       f"({classifier}, or {' / '.join(bare)} with an untrained head)")
+
+
 def _labels(config: dict[str, Any], where: Path) -> LabelSet:
     id2label = config.get("id2label") or {str(i): f"LABEL_{i}" for i in range(config.get("num_labels", 2))}
     try:
@@ -135,6 +145,7 @@ def bert(source: Path, config: dict[str, Any]) -> Imported:
                        "(seqmap maps BERT's absolute positions)")
     if config.get("is_decoder") or config.get("add_cross_attention"):
         raise HubError(f"{where}: a BERT decoder (is_decoder / add_cross_attention) is not supported")
+    _architecture(config, where, "BertForSequenceClassification", ("BertModel", "BertForPreTraining"), "text")
     try:
         tok = _bert_tokenizer(source, config)
     except TokenizerError as e:
@@ -200,6 +211,7 @@ def vit(source: Path, config: dict[str, Any]) -> Imported:
     size, patch, channels = config["image_size"], config["patch_size"], config["num_channels"]
     if size % patch:
         raise HubError(f"{where}: patch_size {patch} does not divide image_size {size}")
+    _architecture(config, where, "ViTForImageClassification", ("ViTModel",), "image")
     if not config.get("qkv_bias", True):
         raise HubError(f"{where}: qkv_bias false is not supported (seqmap's attention projections have biases)")
     labels = _labels(config, where)

@@ -199,7 +199,20 @@ def test_bad_bert_and_vit_directories_are_one_line(tmp_path):
     (tmp_path / "bert" / "config.json").write_text(json.dumps({**config, "hidden_size": 48}))
     with pytest.raises(HubError, match="has shape .* but config.json implies"):
         import_hf(tmp_path / "bert", tmp_path / "r3")
+    tokens = {**config, "architectures": ["BertForTokenClassification"]}  # no pooler: the weights lack one
+    (tmp_path / "bert" / "config.json").write_text(json.dumps(tokens))
+    with pytest.raises(HubError, match=r"config.json: architectures BertForTokenClassification is not supported; "
+                                       r"seqmap imports text classifiers \(BertForSequenceClassification, or "
+                                       r"BertModel / BertForPreTraining with an untrained head\)"):
+        import_hf(tmp_path / "bert", tmp_path / "r6")
     tiny_vit(tmp_path / "vit", seed=2)
+    vit_config = json.loads((tmp_path / "vit" / "config.json").read_text())
+    masked = {**vit_config, "architectures": ["ViTForMaskedImageModeling"]}
+    (tmp_path / "vit" / "config.json").write_text(json.dumps(masked))
+    with pytest.raises(HubError, match="architectures ViTForMaskedImageModeling is not supported; seqmap imports "
+                                       "image"):
+        import_hf(tmp_path / "vit", tmp_path / "r7")
+    (tmp_path / "vit" / "config.json").write_text(json.dumps(vit_config))
     (tmp_path / "vit" / "preprocessor_config.json").unlink()
     with pytest.raises(HubError, match="preprocessor_config.json is missing"):
         import_hf(tmp_path / "vit", tmp_path / "r4")
