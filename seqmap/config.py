@@ -311,6 +311,14 @@ class TrainConfig:
     max_bad_steps: int = 20  # consecutive NaN/inf-loss steps before training stops
 
     def __post_init__(self) -> None:
+        if self.device != "auto":
+            import torch
+
+            try:
+                torch.device(self.device)
+            except RuntimeError:
+                raise ConfigError(f"train.device = {self.device!r} is not a device; use auto, cpu, cuda or "
+                                  "cuda:N") from None
         _choice("train", "precision", self.precision, ("auto", "fp32", "bf16", "fp16"))
         _choice("train", "optimizer", self.optimizer, ("adamw", "adam", "sgd"))
         _choice("train", "schedule", self.schedule, ("inverse_sqrt", "cosine", "constant", "step"))
@@ -639,7 +647,11 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {key!r}: {part!r} is not a section")
-        value = yaml.safe_load(raw) if raw != "" else ""
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override --{key} {raw!r} is not a YAML value: {_yaml_problem(e)}; quote it, or fix "
+                              "the brackets") from None
         # YAML reads 3e-4 as a string (no dot); let the field type decide.
         node[parts[-1]] = value
     return data

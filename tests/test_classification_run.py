@@ -59,6 +59,8 @@ def test_train_then_classify(tmp_path, capsys, monkeypatch):
     assert [line[0] for line in lines] == ["games", "net"] and all(len(line) == 4 for line in lines)
     assert all(float(line[1]) > 0.5 for line in lines)
     expected = "\n".join("\t".join(line) for line in lines) + "\n"
+    assert main(["classify", str(run_dir), "--top", "2", "the player of the quest", "a http proxy on a socket"]) == 0
+    assert capsys.readouterr().out == expected  # texts after an option are texts (they were dropped: stdin read)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(  # read as a file is: BOM and CRLF dropped
         b"\xef\xbb\xbfthe player of the quest\r\na http proxy on a socket\r\n")))
     assert main(["classify", str(run_dir), "--top", "2"]) == 0

@@ -114,3 +114,18 @@ def test_decode_values_whose_float_arithmetic_breaks_are_rejected(override, mess
     # the same ranges the server's request schema declares (a 1e-300 temperature gave NaN probabilities)
     with pytest.raises(ConfigError, match=message):
         DecodeConfig(**override)
+
+
+def test_an_override_that_is_not_yaml_is_a_config_error():
+    with pytest.raises(ConfigError) as info:
+        apply_overrides({}, ["--train.lr", "[1"])
+    assert str(info.value) == ("override --train.lr '[1' is not a YAML value: expected ',' or ']', but got "
+                               "'<stream end>' (line 1, column 3); quote it, or fix the brackets")
+
+
+@pytest.mark.parametrize("device", ["banana", "cuda:x", "gpu"])
+def test_train_device_must_name_a_device(device):
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(device=device)
+    assert str(info.value) == f"train.device = {device!r} is not a device; use auto, cpu, cuda or cuda:N"
+    assert TrainConfig(device="cuda:1").device == "cuda:1"  # whether it exists is the trainer's to say

@@ -54,26 +54,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _split_overrides(tokens: list[str]) -> tuple[list[str], list[str]]:
-    """``--section.key VALUE`` / ``--section.key=VALUE`` overrides, and the tokens that belong to none."""
-    overrides, stray = [], []
+    """``--section.key VALUE`` / ``--section.key=VALUE`` overrides (anywhere, even before CONFIG), and the other
+    tokens in their order; everything after a bare ``--`` is left to argparse."""
+    overrides, rest = [], []
     items = list(tokens)
     while items:
         tok = items.pop(0)
-        if tok.startswith("--") and "." in tok:
+        if tok == "--":
+            rest += [tok, *items]
+            break
+        if tok.startswith("--") and "." in tok.split("=", 1)[0]:
             overrides.append(tok)
             if "=" not in tok and items:
                 overrides.append(items.pop(0))
         else:
-            stray.append(tok)
-    return overrides, stray
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+            rest.append(tok)
+    return overrides, rest
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -91,15 +87,15 @@ def _user_errors() -> tuple[type[Exception], ...]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, overrides = parser.parse_known_args(argv)
-    bad = [tok for tok in overrides if tok.startswith("-") and "." not in tok and not _is_number(tok)]
-    if bad:
-        parser.error(f"unrecognized arguments: {' '.join(bad)}")
-    args.overrides = overrides
-    for name in ("text", "audio"):  # translate, transcribe: inputs after an option land in overrides
+    overrides, rest = _split_overrides(sys.argv[1:] if argv is None else argv)
+    args, stray = parser.parse_known_args(rest)
+    for name in ("text", "texts", "audio"):  # translate, classify, transcribe: inputs after an option land in stray
         if isinstance(getattr(args, name, None), list):
-            args.overrides, stray = _split_overrides(overrides)
-            setattr(args, name, [*getattr(args, name), *stray])
+            setattr(args, name, [*getattr(args, name), *(tok for tok in stray if not tok.startswith("-"))])
+            stray = [tok for tok in stray if tok.startswith("-")]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    args.overrides = overrides
     try:
         return args.handler(args)
     except (UserError, ConfigError, *_user_errors()) as e:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from seqmap.cli.common import UserError
 
@@ -24,6 +25,14 @@ def cmd_average(args: argparse.Namespace) -> int:
 
     if len(args.checkpoints) < 2:
         raise UserError("give at least two checkpoint directories to average")
+    paths = [Path(p) for p in args.checkpoints]
+    for path in paths:
+        if (path / "checkpoints").is_dir():
+            raise UserError(f"{path} is a run directory; give its checkpoint directories ({path}/checkpoints/step-*)")
+        if paths.count(path) > 1:
+            raise UserError(f"{path} is given twice; give each checkpoint once (each counts once in the mean)")
+    if Path(args.out).exists():
+        raise UserError(f"--out {args.out} already exists; give a new directory (averaging never overwrites)")
     out = save_averaged(args.checkpoints, args.out)
     print(f"averaged {len(args.checkpoints)} checkpoints into {out}")
     return 0

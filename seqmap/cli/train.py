@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
 from seqmap.cli.common import UserError, threads
-from seqmap.config import load_config, load_config_from_init
+from seqmap.config import DataConfig, ModelConfig, RunConfig, from_dict, load_config, load_config_from_init
+
+# data.* options a resumed run may point elsewhere (the files moved); the others must stay as trained
+DATA_PATHS = ("train", "valid", "test", "train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt")
 
 
 def add_parser(commands) -> None:
@@ -46,6 +50,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not (run_dir / "config.yaml").is_file():
             raise UserError(f"--resume {run_dir}: no config.yaml there; is it a run directory?")
         cfg = load_config(run_dir / "config.yaml", args.overrides)
+        check_resumable(cfg, run_dir)
     else:
         if args.config is None:
             raise UserError("give a CONFIG file to train, or --resume RUN_DIR to continue a run")
@@ -60,6 +65,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         else:
             cfg = load_config(args.config, args.overrides)
         run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / Path(args.config).stem
+        if run_dir.exists() and not run_dir.is_dir():
+            raise UserError(f"the run directory {run_dir} is a file; choose another --run-dir")
     result = train(cfg, run_dir, resume=bool(args.resume), test=evaluate_test_split, init=init)
     test = result.get("test")
     summary = {"run_dir": str(run_dir), "steps": result["step"], "best": result["best"],
@@ -77,3 +84,25 @@ def cmd_train(args: argparse.Namespace) -> int:
         summary.update(test_ppl=round(test["ppl"], 2))
     print("result " + json.dumps(summary, ensure_ascii=False))
     return 0
+
+
+def check_resumable(cfg: RunConfig, run_dir: Path) -> None:
+    """A resumed run keeps its latest checkpoint's model, data options and optimiser (data files may move).
+
+    Checked before training starts, so a refused change leaves RUN_DIR/config.yaml as it was.
+    """
+    from seqmap.training.checkpoint import read_config
+    from seqmap.training.checkpoint_manager import CheckpointManager
+
+    latest = CheckpointManager(run_dir).latest()
+    if latest is None:
+        return  # nothing to resume: the trainer says so
+    saved = from_dict(RunConfig, read_config(latest))
+    kept = [("model", f.name) for f in dataclasses.fields(ModelConfig)]
+    kept += [("data", f.name) for f in dataclasses.fields(DataConfig) if f.name not in DATA_PATHS]
+    for section, name in [*kept, ("train", "optimizer")]:
+        before, now = getattr(getattr(saved, section), name), getattr(getattr(cfg, section), name)
+        if before != now:
+            raise UserError(f"--resume {run_dir}: {section}.{name} is {before!r} in {latest} but {now!r} now; a "
+                            f"resumed run keeps its model, data options and optimiser: undo the change, or train a "
+                            f"new run in another --run-dir")

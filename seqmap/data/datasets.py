@@ -188,8 +188,8 @@ def download(name: str, dest_dir: str | os.PathLike, *, base_url: str | None = N
     root = (base_url or dataset.base_url).rstrip("/")
     if urllib.parse.urlsplit(root).scheme not in ("http", "https", "file"):
         raise DatasetError(f"base URL {root!r} must start with http://, https:// or file://")
-    source = dest / "source"
-    source.mkdir(parents=True, exist_ok=True)
+    source = _make_dir(dest) / "source"
+    source.mkdir(exist_ok=True)
     for file in dataset.raw or dataset.files:
         target = source / file.name
         if target.is_file() and not force:
@@ -236,12 +236,13 @@ def prepare(name: str, source_dir: str | os.PathLike, dest_dir: str | os.PathLik
     """
     dataset = get_dataset(name)
     source = Path(source_dir)
+    if source.is_file():
+        raise DatasetError(f"cannot prepare {name}: --from {source} is a file; give the folder that holds it")
     if not source.is_dir():
         raise MissingFilesError(f"cannot prepare {name}: source directory {source} does not exist")
     ready = {f: [p for p in _candidates(source, f) if p.is_file()] for f in dataset.prepared}
     if ready and all(ready.values()):  # the prepared files themselves (e.g. cora.npz): verify and copy
-        dest = Path(dest_dir)
-        dest.mkdir(parents=True, exist_ok=True)
+        dest = _make_dir(Path(dest_dir))
         for file, paths in ready.items():
             write_file(dest / file.out, verified_content(file, paths[0].read_bytes(), str(paths[0])))
         return _write_readme(dataset, dest, [f.out for f in dataset.prepared], dataset.prepared, "")
@@ -270,8 +271,16 @@ def _prepare_from_bundle(dataset: Dataset, dest: Path) -> Path:
     return _write_layout(dataset, contents, dest)
 
 
-def _write_layout(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> Path:
+def _make_dir(dest: Path) -> Path:
+    """``dest``, created if missing; a file there is the user's to move."""
+    if dest.exists() and not dest.is_dir():
+        raise DatasetError(f"--dest {dest} is a file; give a folder (it is created if missing)")
     dest.mkdir(parents=True, exist_ok=True)
+    return dest
+
+
+def _write_layout(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> Path:
+    _make_dir(dest)
     written = (dataset.writer or write_renamed)(dataset, contents, dest)
     return _write_readme(dataset, dest, written, dataset.files, dataset.base_url)
 

@@ -61,13 +61,16 @@ def plot_positional(d_model: int, length: int, path: str | Path, *, head_dim: in
     Returns:
         The written Figure (panels: table, its colorbar, angles, circles).
     """
+    from_d_model = head_dim is None
     head_dim = d_model if head_dim is None else head_dim
     for name, flag, value in (("d_model", "--d-model", d_model), ("length", "--length", length),
                               ("head_dim", "--head-dim", head_dim), ("pairs", "--pairs", pairs)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} ({flag}) must be a positive integer, got {value!r}")
     if head_dim % 2:
-        raise ValueError(f"RoPE rotates pairs of dimensions: head_dim (--head-dim) must be even, got {head_dim}")
+        raise ValueError(f"RoPE rotates pairs of dimensions: head_dim (--head-dim) must be even, got {head_dim}"
+                         + (" from d_model (--d-model, its default); give an even --d-model or --head-dim"
+                            if from_d_model else ""))
     if base <= 1:
         raise ValueError(f"base (--base) must be > 1, got {base}")
     path = check_format(path)

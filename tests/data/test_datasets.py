@@ -279,3 +279,15 @@ def test_prepare_missing_source_dir_and_corrupt_copy(tmp_path):
     (tmp_path / "input.txt.gz").write_bytes(b"\x1f\x8b not really gzip")
     with pytest.raises(ds.ChecksumError, match="does not decompress"):
         ds.prepare("tinyshakespeare", tmp_path, tmp_path / "out")
+
+
+def test_prepare_and_download_refuse_a_file_where_a_folder_goes(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    with pytest.raises(ds.DatasetError) as info:
+        ds.prepare("ptb", afile, tmp_path / "out")
+    assert str(info.value) == f"cannot prepare ptb: --from {afile} is a file; give the folder that holds it"
+    with pytest.raises(ds.DatasetError) as info:
+        ds.download("tinyshakespeare", afile)  # bundled: written without the network
+    assert str(info.value) == f"--dest {afile} is a file; give a folder (it is created if missing)"
+    assert afile.read_text() == "mine\n" and not (tmp_path / "out").exists()

@@ -331,3 +331,10 @@ def test_positional_errors_name_the_option(tmp_path):
     with pytest.raises(ValueError, match=r"d_model \(--d-model\)"):
         plot_positional(-4, 10, tmp_path / "p.png")
     assert not list(tmp_path.iterdir())
+
+
+def test_an_odd_d_model_names_it_as_the_rope_width(tmp_path):
+    with pytest.raises(ValueError) as info:
+        plot_positional(7, 10, tmp_path / "p.png")
+    assert str(info.value) == ("RoPE rotates pairs of dimensions: head_dim (--head-dim) must be even, got 7 from "
+                               "d_model (--d-model, its default); give an even --d-model or --head-dim")
