@@ -398,6 +398,11 @@ class DecodeConfig:
         if not MIN_TOP_P <= self.top_p <= 1.0:
             raise ConfigError(f"decode.top_p must be in [{MIN_TOP_P:g}, 1] (1 = off), got {self.top_p}")
         _choice("decode", "beam_ranking", self.beam_ranking, ("gnmt", "hf"))
+        if self.top_k < 0:
+            raise ConfigError(f"decode.top_k must be >= 0 (0 = off, 50 = the 50 most likely tokens), got {self.top_k}")
+        if self.max_len_a < 0 or self.max_len_b < 0:
+            raise ConfigError(f"decode.max_len_a and decode.max_len_b must be >= 0 (the output's limit is a * source "
+                              f"length + b), got {self.max_len_a} and {self.max_len_b}")
         if self.no_repeat_ngram < 0:
             raise ConfigError(f"decode.no_repeat_ngram must be >= 0 (0 = off, 3 = no trigram twice), "
                               f"got {self.no_repeat_ngram}")

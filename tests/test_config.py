@@ -109,6 +109,9 @@ def test_cross_section_checks_name_both_options():
     ({"top_p": 5e-324}, "decode.top_p must be in"),
     ({"length_penalty": 1.4e308}, "decode.length_penalty must be in"),
     ({"length_penalty": -1.0}, "decode.length_penalty must be in"),
+    ({"top_k": -1}, r"decode.top_k must be >= 0 \(0 = off"),  # ran as if top-k were off
+    ({"max_len_a": -1.0}, r"decode.max_len_a and decode.max_len_b must be >= 0"),  # was clamped to 1 token
+    ({"max_len_b": -3}, r"got 1.5 and -3"),
 ])
 def test_decode_values_whose_float_arithmetic_breaks_are_rejected(override, message):
     # the same ranges the server's request schema declares (a 1e-300 temperature gave NaN probabilities)
