@@ -81,14 +81,13 @@ class ModelConfig:
     copy: bool = False  # transformer: a pointer-generator copy head (See et al. 2017; seqmap/nn/copy.py) mixes
     #                     copying source tokens into the output distribution (needs data.joint_vocab)
     pooling: str = "cls"  # classifier: cls (a learned vector in front, its final state) | mean (of real positions)
-    n_classes: int = 0  # classifier, vit: number of classes (set from the training labels by `train`)
+    n_classes: int = 0  # classifier, vit, gat: number of classes (set from the training labels by `train`)
     patch_size: int = 4  # vit: side of the square patches an image is cut into (must divide its height and width)
     image_channels: int = 0  # vit: image shape, channels x height x width (set from the training images by `train`)
     image_height: int = 0
     image_width: int = 0
     pixel_mean: list[float] = field(default_factory=list)  # vit: per-channel pixel mean / std of the training
     pixel_std: list[float] = field(default_factory=list)  # images on the 0..255 scale (set by `train`)
-    n_classes: int = 0  # classifier, gat: number of classes (set from the training labels by `train`)
     n_features: int = 0  # gat: input features per node (set from the graph by `train`)
     out_heads: int = 1  # gat: heads of the output layer, averaged (the paper: 1; 8 for PubMed)
     graph_attention: str = "sparse"  # gat: sparse (one score per edge) | dense ((N, N) scores, masked)
@@ -647,6 +646,8 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         pairs.append((key, raw))
     for key, raw in pairs:
         parts = key.split(".")
+        if len(parts) != 2 or not all(parts):
+            raise ConfigError(f"override --{key}: options are SECTION.KEY (e.g. --train.lr), two names and one dot")
         node = data
         for part in parts[:-1]:
             node = node.setdefault(part, {})

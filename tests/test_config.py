@@ -132,3 +132,11 @@ def test_train_device_must_name_a_device(device):
         TrainConfig(device=device)
     assert str(info.value) == f"train.device = {device!r} is not a device; use auto, cpu, cuda or cuda:N"
     assert TrainConfig(device="cuda:1").device == "cuda:1"  # whether it exists is the trainer's to say
+
+
+@pytest.mark.parametrize("key", ["--train.lr.x", "--lr", "--train.", "--.lr"])
+def test_an_override_is_a_section_and_a_key(key):
+    """--train.lr.x 1 said `train.lr must be a number, got {'x': 1}`."""
+    with pytest.raises(ConfigError) as info:
+        apply_overrides({}, [key, "1"])
+    assert str(info.value) == f"override {key}: options are SECTION.KEY (e.g. --train.lr), two names and one dot"

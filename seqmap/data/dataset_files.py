@@ -102,14 +102,15 @@ def verified_content(file: SourceFile, raw: bytes, where: str) -> bytes:
         actual = npz_arrays_sha256(raw, where)
         if actual != file.sha256:
             raise ChecksumError(f"checksum mismatch for {where}: expected the arrays' sha256 {file.sha256}, "
-                                f"got {actual}")
+                                f"got {actual}; use an unmodified copy of the file")
         return raw
     content = _content(raw, where)
     if not file.sha256:  # checked after conversion, by the dataset's writer
         return content
     actual = hashlib.sha256(content).hexdigest()
     if actual != file.sha256:
-        raise ChecksumError(f"checksum mismatch for {where}: expected sha256 {file.sha256}, got {actual}")
+        raise ChecksumError(f"checksum mismatch for {where}: expected sha256 {file.sha256}, got {actual}; use an "
+                            "unmodified copy of the file")
     return content
 
 

@@ -253,12 +253,12 @@ def prepare(name: str, source_dir: str | os.PathLike, dest_dir: str | os.PathLik
         if paths:
             found[file] = paths[0]
         else:
-            missing.append(" or ".join(str(p) for p in _candidates(source, file)))
+            missing.append(" or ".join(str(p.relative_to(source)) for p in _candidates(source, file)))
     if missing:
         raise MissingFilesError(
             f"cannot prepare {name}: {len(missing)} of {len(dataset.files)} files missing from {source}"
             + (f" (and no prepared {', '.join(f.name for f in dataset.prepared)} there)" if dataset.prepared else "")
-            + ". Looked for:\n  " + "\n  ".join(missing)
+            + f": looked for {'; '.join(missing)}; give --from the folder that holds them"
         )
     contents = {file.name: verified_content(file, path.read_bytes(), str(path)) for file, path in found.items()}
     return _write_layout(dataset, contents, Path(dest_dir))
