@@ -153,7 +153,7 @@ def test_a_classification_file_without_a_label_column_names_the_line(tmp_path):
         load_classification(cfg.data, tmp_path / "run", log=lambda line: None)
 
 
-def test_plot_attention_of_a_classifier_shows_the_cls_row_and_the_prediction(tmp_path):
+def test_plot_attention_of_a_classifier_shows_the_cls_row_and_the_prediction(tmp_path, capsys):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -166,6 +166,9 @@ def test_plot_attention_of_a_classifier_shows_the_cls_row_and_the_prediction(tmp
     maps = [ax.images[0].get_array() for ax in fig.axes if ax.images]
     assert len(maps) == 2 and maps[0].shape == (6, 6)  # 1 layer x 2 heads; <cls> + 5 words
     assert "predicted: games" in fig._suptitle.get_text()
+    assert main(["plot", "attention", str(run_dir), "--image", "x.png", "--out", str(tmp_path / "b.png")]) == 2
+    assert capsys.readouterr().err == (f"seqmap: error: --image is for image classifiers (model.family=vit); "
+                                       f"{run_dir} has data.task=classification\n")
 
 
 def test_long_texts_are_truncated_not_dropped_and_the_baseline_scores_the_same_rows(tmp_path, capsys):

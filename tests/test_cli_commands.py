@@ -15,6 +15,9 @@ def test_data_list_names_every_corpus(capsys):
     out = capsys.readouterr().out
     for name in ("multi30k", "ptb", "tatoeba-en-zh", "tinyshakespeare"):
         assert name in out
+    assert main(["data", "list", "extra"]) == 2  # was ignored without a word
+    assert capsys.readouterr().err == ("seqmap: error: seqmap data list takes no NAME (got 'extra'); it lists every "
+                                       "dataset\n")
 
 
 @pytest.mark.skipif(not (SHARED / "ptb").is_dir(), reason="the shared PTB copy is not next to the repository")

@@ -29,6 +29,8 @@ def cmd_data(args: argparse.Namespace) -> int:
     from seqmap.data import datasets
 
     if args.action == "list":
+        if args.name is not None:
+            raise UserError(f"seqmap data list takes no NAME (got {args.name!r}); it lists every dataset")
         width = max(len(d.name) for d in datasets.list_datasets())
         for d in datasets.list_datasets():
             where = "bundled" if d.bundled else "download"

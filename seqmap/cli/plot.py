@@ -90,6 +90,9 @@ def _plot(args: argparse.Namespace, visualize) -> None:
             visualize.plot_image_attention(run, args.image, out, head=None if head == "mean" else head,
                                            title=args.title)
             return
+        if args.image:
+            raise UserError(f"--image is for image classifiers (model.family=vit); {args.run_dir} has "
+                            f"data.task={run.cfg.data.task}")
         if (run.cfg.data.task == "speech") != bool(args.audio):
             raise UserError(f"{args.run_dir} is a speech run: plot it with --audio FILE" if not args.audio else
                             f"--audio is for speech runs; {args.run_dir} has data.task={run.cfg.data.task}")
