@@ -62,6 +62,9 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--max-texts", type=int, default=32, help="texts per /translate request (default 32)")
     p.add_argument("--max-beam", type=int, default=8, help="largest beam size a request may ask for (default 8)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="most tokens per /generate request (default 256)")
+    p.add_argument("--max-body-bytes", type=int, default=1_000_000,
+                   help="largest request body (default 1,000,000; beyond it 413): base64 makes a file a third "
+                        "larger, so a 60 s WAV of 16-bit 16 kHz audio needs about 2,600,000")
     p.add_argument("--max-audio-seconds", type=float, default=60.0,
                    help="longest recording one /transcribe file may hold, read from its header (default 60)")
     p.add_argument("--max-attention", type=int, default=2_000_000,
@@ -97,7 +100,8 @@ def _build(args: argparse.Namespace):
     if overrides:
         raise ServeError(f"seqmap serve takes no config overrides (got {overrides[0]}); decode options "
                          "(beam_size, n_best, ...) are per request")
-    for name in ("max_batch", "max_waiting", "max_chars", "max_texts", "max_beam", "max_new_tokens", "max_attention"):
+    for name in ("max_batch", "max_waiting", "max_chars", "max_texts", "max_beam", "max_new_tokens", "max_attention",
+                 "max_body_bytes"):
         if getattr(args, name) < 1:
             raise ServeError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not args.max_audio_seconds > 0:
@@ -139,7 +143,7 @@ def _build(args: argparse.Namespace):
     ct2, decoder = _ct2_export(args, run)
     limits = Limits(max_chars=args.max_chars, max_texts=args.max_texts, max_beam=args.max_beam,
                     max_new_tokens=args.max_new_tokens, max_attention_weights=args.max_attention,
-                    max_audio_seconds=args.max_audio_seconds)
+                    max_audio_seconds=args.max_audio_seconds, max_body_bytes=args.max_body_bytes)
     app = create_app(run, limits=limits, max_batch=args.max_batch, wait_ms=args.wait_ms, threads=args.threads,
                      max_waiting=args.max_waiting, ct2=ct2, decoder=decoder)
     settings = (f"{run.cfg.model.family}, checkpoint {run.checkpoint.name}, max batch {args.max_batch}, "

@@ -281,7 +281,8 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, what: str, scope, receive, send) -> None:
-        response = _error(413, f"{what}; at most {self.max_bytes}", None)
+        response = _error(413, f"{what}; at most {self.max_bytes}: send fewer or smaller inputs per request, or "
+                               "start the server with a larger --max-body-bytes", None)
         response.headers["connection"] = "close"  # the rest of the body is not read
         await response(scope, receive, send)
 

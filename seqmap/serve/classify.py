@@ -23,6 +23,7 @@ import torch
 from seqmap.config import to_dict
 from seqmap.data.batching import collate_images, collate_labels
 from seqmap.data.images import ImageError, read_image_file
+from seqmap.data.pipeline import classification_ids
 from seqmap.nn.rollout import class_token_attention
 from seqmap.runs import LoadedRun
 from seqmap.serve.engine import run_header
@@ -63,13 +64,8 @@ class ClassifierEngine:
         if self.task == "image":
             images = [self._image(item, "image" if one else f"image[{i}]") for i, item in enumerate(items)]
             return ClassifyJob(images, None, req.top, req.attention)
-        m, tok = self.run.cfg.model, self.run.src_tok
-        ids = [tok.encode(text) for text in items]
-        for i, row in enumerate(ids):
-            if m.positional == "learned" and len(row) + (m.pooling == "cls") > m.max_len:
-                field = "text" if one else f"text[{i}]"
-                raise RequestError(f"{field} has {len(row)} tokens; this model reads at most "
-                                   f"{m.max_len - (m.pooling == 'cls')} (learned positions)", field)
+        tok, max_len = self.run.src_tok, self.run.cfg.data.max_len
+        ids = [classification_ids(tok, text, max_len) for text in items]  # truncated as in training and `classify`
         tokens = [tok.tokens(text) for text in items] if req.attention else None
         return ClassifyJob(ids, tokens, req.top, req.attention)
 

@@ -50,7 +50,7 @@ from seqmap.models.builder import build_model
 from seqmap.training import distributed
 from seqmap.training.carry import CarriedState
 from seqmap.training.checkpoint import load_checkpoint
-from seqmap.training.checkpoint_files import TOKENIZER_DIR
+from seqmap.training.checkpoint_files import TOKENIZER_DIR, CheckpointError, damaged_advice
 from seqmap.training.checkpoint_manager import CheckpointManager
 from seqmap.training.runlog import RunLog
 from seqmap.training.trainer import Trainer, TrainingError
@@ -137,7 +137,10 @@ class RunTrainer:
         self.state = self.trainer.state  # one dict: the loop's counters and the data position, checkpointed
         self.state["data"] = {"epoch": 0, "batch": 0}
         if resume:
-            loaded = load_checkpoint(latest, model=self.model, optimizer=self.trainer.optimizer, restore_rng=True)
+            try:
+                loaded = load_checkpoint(latest, model=self.model, optimizer=self.trainer.optimizer, restore_rng=True)
+            except CheckpointError as err:
+                raise CheckpointError(str(err).removesuffix(damaged_advice(latest)) + _resume_advice(latest)) from None
             self.state.update(loaded.trainer_state)
             self.log.info(f"resumed from {latest} at step {self.state['step']}")
         n_params = sum(p.numel() for p in self.model.parameters())
@@ -373,6 +376,16 @@ def _copy_tokenizer(checkpoint: Path, dest: Path) -> None:
     if dest.exists():
         raise TrainingError(f"{dest} already exists; --init starts a new run: choose a new --run-dir")
     shutil.copytree(source, dest)
+
+
+def _resume_advice(damaged: Path) -> str:
+    """What to do when ``--resume`` finds its latest checkpoint ``damaged``: say which one it would continue from."""
+    earlier = sorted(p for p in damaged.parent.glob("step-*") if p.is_dir() and p.name < damaged.name)
+    if not earlier:
+        return (f"the checkpoint is damaged and no earlier one is left: start again with `seqmap train "
+                f"{damaged.parent.parent / 'config.yaml'} --run-dir NEW_DIR`")
+    return (f"the checkpoint is damaged: move {damaged} out of {damaged.parent} and resume again, to continue "
+            f"from {earlier[-1].name}")
 
 
 def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, stream=None,

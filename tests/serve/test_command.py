@@ -33,6 +33,7 @@ def test_defaults_bind_to_loopback():
     (["--port", "70000"], "--port must be in 1..65535"),
     (["--max-chars", "0"], "--max-chars must be >= 1"),
     (["--max-audio-seconds", "nan"], "--max-audio-seconds must be > 0"),
+    (["--max-body-bytes", "0"], "--max-body-bytes must be >= 1"),
     (["--device", "toaster"], "--device 'toaster' is not a device"),
 ])
 def test_bad_options_are_one_line_errors(translation_run_dir, capsys, extra, words):
@@ -76,10 +77,12 @@ def test_the_seqmap_command_line_has_serve(translation_run_dir, monkeypatch, cap
 def test_a_speech_run_is_served_with_its_audio_limit(speech_run_dir, monkeypatch, capsys):
     served = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.update(app=app, **kwargs))
-    assert main(parse(["serve", str(speech_run_dir), "--max-audio-seconds", "5", "--threads", "1"])) == 0
+    assert main(parse(["serve", str(speech_run_dir), "--max-audio-seconds", "5", "--max-body-bytes", "2600000",
+                       "--threads", "1"])) == 0
     assert "speech, checkpoint" in capsys.readouterr().out
     with TestClient(served["app"]) as client:
         info = client.get("/info").json()
         assert info["task"] == "speech" and info["limits"]["max_audio_seconds"] == 5.0
+        assert info["limits"]["max_body_bytes"] == 2_600_000  # a 60 s WAV of 16-bit 16 kHz audio, base64
         assert client.post("/generate", json={"prompt": "a"}).json()["detail"].endswith(
             "POST /transcribe with base64 audio files instead")

@@ -138,9 +138,9 @@ def test_info_and_health_say_speech(client, speech_run):
     assert client.get("/health").json()["task"] == "speech"
 
 
-def wav_bytes(samples: np.ndarray, rate: int = 8000) -> str:
+def wav_bytes(samples: np.ndarray, rate: int = 8000, subtype: str = "PCM_16") -> str:
     buffer = io.BytesIO()
-    soundfile.write(buffer, samples, rate, format="WAV", subtype="PCM_16")
+    soundfile.write(buffer, samples, rate, format="WAV", subtype=subtype)
     return base64.b64encode(buffer.getvalue()).decode()
 
 
@@ -154,6 +154,10 @@ GOOD = wav_bytes(np.zeros(4000, np.int16))
     ({"audio": [GOOD, base64.b64encode(b"RIFF....WAVEjunk").decode()]}, "audio[1]", "cannot read audio[1] as audio"),
     ({"audio": [wav_bytes(np.zeros(0, np.int16))]}, "audio[0]", "holds no samples"),
     ({"audio": [wav_bytes(np.zeros(100, np.int16))]}, "audio[0]", "audio[0] is too short (0.013 s)"),
+    ({"audio": [GOOD, wav_bytes(np.full(4000, np.nan, np.float32), subtype="FLOAT")]}, "audio[1]",
+     "audio[1] holds NaN or infinite samples"),
+    ({"audio": [wav_bytes(np.full(4000, 1e30, np.float32), subtype="FLOAT")]}, "audio[0]",
+     "audio[0] has samples up to 1e+30, too loud for the spectrogram"),
     ({"audio": [wav_bytes(np.zeros(24000, np.int16))]}, "audio[0]", "lasts 3.0 s; at most 2 s per file"),
     ({"audio": []}, "audio", "audio is an empty list"),
     ({"audio": [GOOD] * 5}, "audio", "at most 4 per request"),

@@ -19,6 +19,7 @@ from seqmap.config import RunConfig, from_dict
 from seqmap.data.tokenizers import load_tokenizer
 from seqmap.evaluation import evaluate_test_split
 from seqmap.training import trainer as trainer_module
+from seqmap.training.checkpoint import CheckpointError
 from seqmap.training.run_trainer import train
 from seqmap.training.runlog import read_metrics
 from seqmap.training.trainer import TrainingError
@@ -115,6 +116,20 @@ def test_a_run_is_not_overwritten_and_resume_needs_a_checkpoint(corpus, tmp_path
         train(cfg, tmp_path / "run", stream=open(os.devnull, "w"))
     with pytest.raises(TrainingError, match="no checkpoint"):
         train(cfg, tmp_path / "empty", resume=True, stream=open(os.devnull, "w"))
+
+
+def test_resume_from_a_damaged_latest_checkpoint_names_the_one_to_continue_from(corpus, tmp_path):
+    cfg = from_dict(RunConfig, config(corpus, max_steps=4, valid_every=2))
+    train(cfg, tmp_path / "run", stream=open(os.devnull, "w"))
+    checkpoints = tmp_path / "run" / "checkpoints"
+    (checkpoints / "step-000004" / "model.safetensors").write_bytes(b"cut")
+    with pytest.raises(CheckpointError) as err:
+        train(cfg, tmp_path / "run", resume=True, stream=open(os.devnull, "w"))
+    assert str(err.value).startswith(f"cannot read {checkpoints / 'step-000004' / 'model.safetensors'} (")
+    assert str(err.value).endswith(f"; the checkpoint is damaged: move {checkpoints / 'step-000004'} out of "
+                                   f"{checkpoints} and resume again, to continue from step-000002")
+    (checkpoints / "step-000004").rename(tmp_path / "damaged")
+    train(cfg, tmp_path / "run", resume=True, stream=open(os.devnull, "w"))  # from step 2 to step 4
 
 
 def _seqmap(*args, **kwargs) -> subprocess.Popen:
