@@ -78,6 +78,7 @@ from torch import Tensor
 from seqmap.decoding.greedy import (
     GreedyResult,
     ban_repeats,
+    check_banned,
     check_no_repeat_ngram,
     last_query,
     max_lengths,
@@ -128,14 +129,14 @@ class BeamResult:
     def best(self) -> GreedyResult:
         """The best hypothesis of each sentence in ``greedy``'s layout, as CPU tensors (tokens padded with ``pad``)."""
         best = [h[0] for h in self.hypotheses]
-        width = max(len(h.tokens) for h in best)
+        width = max((len(h.tokens) for h in best), default=0)
         tokens = torch.full((len(best), width), self.pad, dtype=torch.long)
         for i, h in enumerate(best):
             tokens[i, : len(h.tokens)] = torch.tensor(h.tokens, dtype=torch.long)
         scores = torch.tensor([h.score for h in best])
         lengths = torch.tensor([len(h.tokens) for h in best])
         attention = None
-        if best[0].attention is not None:
+        if best and best[0].attention is not None:
             keys = max(h.attention.size(-1) for h in best)
             attention = torch.stack([F.pad(pad_keys(h.attention.cpu(), keys), (0, 0, 0, width - len(h.tokens)))
                                      for h in best])  # (B, L, H, T, S)
@@ -363,19 +364,26 @@ def beam_search(
         absent: ranking hf: ids left out of the softmax (those the original model has no token for).
         no_repeat_ngram: n > 0: never extend a beam into an n-gram it already holds (module docstring).
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}")
     if ranking not in ("gnmt", "hf"):
         raise ValueError(f"ranking must be gnmt or hf, got {ranking!r}")
+    if early_stopping not in (True, False, "never"):
+        raise ValueError(f"early_stopping must be True, False or 'never' (transformers'), got {early_stopping!r}")
     check_no_repeat_ngram(no_repeat_ngram)
     hf = ranking == "hf"
     step_input = start_tokens(src, prompt, bos)
     batch, device = step_input.size(0), step_input.device
     limits = max_lengths(max_len, batch)
+    if batch == 0:
+        return BeamResult([], pad)
     memory = model.encode(src, src_mask)
     logits, state, attn = model.decode_step(step_input, memory, None, need_attention=need_attention)
+    check_banned(banned, logits.size(-1))
+    if hf:
+        check_banned(absent, logits.size(-1), "absent")
     beams = Beams(torch.arange(batch), torch.zeros(batch, 1, device=device),
                   torch.empty(batch, 0, dtype=torch.long, device=device), finished=[[] for _ in range(batch)])
     for _ in range(int(limits.max())):

@@ -149,9 +149,22 @@ def check_no_repeat_ngram(n: int) -> None:
         raise ValueError(f"no_repeat_ngram must be >= 0 (0 = off), got {n}")
 
 
+def check_banned(banned: Sequence[int], vocab: int, name: str = "banned") -> None:
+    """Once per search, when the first logits give the vocabulary size V: every banned id is in [0, V) (a
+    negative id would silently ban V + id), and at least one id is left to generate."""
+    outside = sorted(i for i in banned if not 0 <= i < vocab)
+    if outside:
+        raise ValueError(f"{name} ids must be in [0, {vocab}) (the model's vocabulary), got {outside}")
+    if len(set(banned)) >= vocab:
+        raise ValueError(f"{name} holds every id of the {vocab}-token vocabulary; leave at least one to generate")
+
+
 def start_tokens(src: Tensor | None, prompt: Tensor | None, bos: int) -> Tensor:
     """The first decoder input (B, P): the prompt, or one BOS per source row."""
     if prompt is not None:
+        if not isinstance(prompt, Tensor):
+            raise TypeError(f"prompt must be a (B, P) tensor here, got a {type(prompt).__name__}; prompts of "
+                            "unequal length (a list) are for greedy and sampling, or group them by length")
         if prompt.dim() != 2 or prompt.size(1) == 0:
             raise ValueError(f"prompt must be (B, P) with P >= 1, got shape {tuple(prompt.shape)}")
         return prompt
@@ -290,12 +303,15 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
     batch = len(prompt) if ragged else step_input.size(0)
     device = prompt[0].device if ragged else step_input.device
     limits = max_lengths(max_len, batch).to(device)
+    if batch == 0:
+        return empty_result(device, scores)
 
     memory = model.encode(src, src_mask)
     if ragged:
         logits, state, attn = prefill_each(model, memory, prompt, need_attention=need_attention)
     else:
         logits, state, attn = model.decode_step(step_input, memory, None, need_attention=need_attention)
+    check_banned(banned, logits.size(-1))
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     total = torch.zeros(batch, device=device) if scores else None
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
@@ -351,6 +367,13 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
     tokens = torch.stack(by_input_row(out, segments, batch, pad), dim=1)
     return GreedyResult(tokens, totals, all_lengths,
                         stack_steps(by_input_row(attention, segments, batch, 0)) if attention else None)
+
+
+def empty_result(device: torch.device, scores: bool = True) -> GreedyResult:
+    """What decoding an empty batch (B = 0) gives: no rows, no tokens."""
+    return GreedyResult(torch.empty(0, 0, dtype=torch.long, device=device),
+                        torch.empty(0, device=device) if scores else None,
+                        torch.empty(0, dtype=torch.long, device=device))
 
 
 def by_input_row(steps: list[Tensor], segments: list[tuple[int, Tensor]], batch: int, fill: int) -> list[Tensor]:

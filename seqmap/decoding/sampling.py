@@ -76,7 +76,17 @@ def inverse_cdf(probs: Tensor, uniform: Tensor) -> Tensor:
     total = cdf[:, -1:]
     below_total = torch.nextafter(total, torch.zeros_like(total))  # u * total may round up to total
     value = torch.minimum(uniform.to(cdf)[:, None] * total, below_total)
-    return torch.searchsorted(cdf, value, right=True).squeeze(-1)
+    tokens = torch.searchsorted(cdf, value, right=True).squeeze(-1)
+    return tokens.masked_fill(tokens == probs.size(-1), 0)  # a row with nothing to draw (every id banned: NaN)
+    #                                                        takes id 0, as greedy's does, at log-prob -inf
+
+
+def check_filters(temperature: float, top_p: float) -> None:
+    """Once per search: a temperature > 0 and a top_p > 0 (0 or NaN would leave no token to draw)."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not top_p > 0:
+        raise ValueError(f"top_p must be > 0 (1 keeps every token; top_k=1 is greedy), got {top_p}")
 
 
 def _probabilities(log_probs: Tensor, temperature: float, top_k: int, top_p: float) -> Tensor:
@@ -87,8 +97,7 @@ def sampling_choice(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
                     generator: torch.Generator | None = None):
     """A ``choose`` function for ``decode_loop``: sample from the filtered, tempered distribution, every row
     from ``generator`` (one uniform number per row and step, ``inverse_cdf``)."""
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    check_filters(temperature, top_p)
 
     def choose(log_probs: Tensor) -> tuple[Tensor, Tensor]:
         probs = _probabilities(log_probs, temperature, top_k, top_p)  # (B, V)
@@ -107,8 +116,7 @@ class RowSampler:
     """
 
     def __init__(self, temperature: float, top_k: int, top_p: float, generators: Sequence[torch.Generator]):
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+        check_filters(temperature, top_p)
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.generators = list(generators)
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+import torch
 from torch import Tensor
 
 
@@ -42,6 +43,13 @@ def map_tensors(fn, value):
     if isinstance(value, (tuple, list)):
         return type(value)(map_tensors(fn, v) for v in value)
     return fn(value)
+
+
+def check_mask(mask: Tensor | None, name: str = "src_mask") -> None:
+    """A padding mask is bool, True at real tokens (``seqmap``'s convention); once per batch, in the encoders."""
+    if mask is not None and mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be a bool tensor, True at real tokens, got {mask.dtype}; pass e.g. "
+                        f"src != pad_id, or mask.bool()")
 
 
 @dataclass

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from seqmap.config import ConfigError, ModelConfig
-from seqmap.models.protocol import Memory
+from seqmap.models.protocol import Memory, check_mask
 from seqmap.nn.dropout import Dropout
 from seqmap.nn.layers import TokenEmbedding
 from seqmap.nn.rnn_attention import AdditiveAttention, ConcatAttention, DotAttention, GeneralAttention, RNNAttention
@@ -126,6 +126,7 @@ class RNNEncoder(nn.Module):
 
     def forward(self, src: Tensor, src_mask: Tensor | None) -> tuple[Tensor, Hidden]:
         """src (B, S), src_mask (B, S) True at real tokens -> (states (B, S, D_enc), decoder initial state)."""
+        check_mask(src_mask)
         x = self.dropout(self.embedding(src))  # (B, S, E)
         if src_mask is None:  # no padding: reversing is a flip
             states, final = self.rnn(x.flip(1) if self.reverse_source else x)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from seqmap.models.protocol import Memory
+from seqmap.models.protocol import Memory, check_mask
 from seqmap.nn.attention import key_mask
 from seqmap.nn.copy import CopyHead, mix_copy
 from seqmap.nn.dropout import Dropout
@@ -47,6 +47,7 @@ class TransformerEncoder(nn.Module):
         ``embedded=True``: src is already vectors (B, S, D) (token embeddings with a class vector in
         front, or image patches); positions, dropout and the layers are applied as to embeddings.
         """
+        check_mask(src_mask)
         x = self.dropout(self.embedding_norm(self.positional.embed(src if embedded else self.embedding(src))))
         mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
         weights = []

@@ -154,6 +154,9 @@ class AudioFrontEnd(nn.Module):
 
     def features(self, wave: Tensor, wave_mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """Normalised log-mel features (B, F, M) and their mask (B, F), before subsampling (for plots)."""
+        if wave.dim() != 2 or (wave_mask is not None and wave_mask.shape != wave.shape):
+            raise ValueError(f"wave must be (B, N) samples and wave_mask None or (B, N), got {tuple(wave.shape)} and "
+                             f"{None if wave_mask is None else tuple(wave_mask.shape)}; one waveform is wave[None]")
         samples = (torch.full((wave.size(0),), wave.size(1), device=wave.device) if wave_mask is None
                    else wave_mask.sum(1))
         feats = self.logmel(wave.float())

@@ -49,6 +49,7 @@ def segment_softmax(scores: Tensor, index: Tensor, num_segments: int) -> Tensor:
     A segment with no rows simply has no weights; every returned row belongs to a non-empty segment.
     """
     shape = (num_segments, *scores.shape[1:])
+    index = index.long()  # gather misreads an expanded int32 index on the CPU (torch 2.13): weights past 1
     idx = index.view(-1, *([1] * (scores.dim() - 1))).expand_as(scores)
     seg_max = scores.new_full(shape, float("-inf")).scatter_reduce(0, idx, scores, "amax", include_self=True)
     exp = (scores - seg_max.gather(0, idx)).exp()
@@ -111,7 +112,7 @@ def sparse_graph_attention(
         (output (N, H, Dh), weights (E, H)); weights are taken before dropout. A node with no incoming
         edge gets a zero output, as in the dense form.
     """
-    src, dst = edge_index[0], edge_index[1]
+    src, dst = edge_index.long()  # an int32 index reads as int64 would (see segment_softmax)
     scores = F.leaky_relu(score_src[src] + score_dst[dst], negative_slope)  # (E, H)
     weights = segment_softmax(scores, dst, h.size(0))
     dropped = dropout(weights, dropout_p) if dropout_p > 0 else weights
@@ -199,6 +200,9 @@ class GraphAttention(nn.Module):
             if graph.dim() != 2 or graph.size(0) != 2:
                 raise ValueError(f"edge index must be (2, E), got {tuple(graph.shape)}; pass a bool (N, N) mask "
                                  "for the dense form")
+            if graph.dtype not in (torch.int64, torch.int32):
+                raise TypeError(f"edge index must hold int64 (or int32) node ids, got {graph.dtype}; pass "
+                                "edge_index.long(), or a bool (N, N) mask for the dense form")
             out, weights = sparse_graph_attention(
                 h, score_src, score_dst, graph, negative_slope=self.negative_slope, dropout_p=p
             )

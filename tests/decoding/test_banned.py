@@ -1,5 +1,6 @@
 """PAD, BOS and UNK are never generated: greedy, beam and sampling mask them, and text-level decoding bans them."""
 
+import pytest
 import torch
 
 from seqmap.config import DecodeConfig
@@ -108,3 +109,19 @@ def test_beam_with_hf_ranking_never_emits_banned_ids():
                          banned=NEVER_GENERATED, ranking="hf", absent=[BOS], n_best=3)
     for nbest in result.hypotheses:
         assert nbest and all(not set(h.tokens) & set(NEVER_GENERATED) for h in nbest)
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam", "sample"])
+def test_banned_ids_outside_the_vocabulary_or_covering_it_are_refused(search):
+    """A negative id used to ban V + id silently, one past V to fail deep in torch, and banning all V ids to
+    emit PAD (greedy), no hypothesis at all (beam) or an index error (sampling)."""
+    model = FavoursSpecialsWithState()
+    run = {"greedy": lambda banned: greedy(model, *_src(), bos=BOS, eos=EOS, max_len=4, banned=banned),
+           "beam": lambda banned: beam_search(model, *_src(), beam_size=2, bos=BOS, eos=EOS, max_len=4, banned=banned),
+           "sample": lambda banned: sample(model, *_src(), bos=BOS, eos=EOS, max_len=4, banned=banned)}[search]
+    for outside in ([-1], [V], [PAD, V + 5]):
+        with pytest.raises(ValueError, match=rf"banned ids must be in \[0, {V}\)"):
+            run(outside)
+    with pytest.raises(ValueError, match=f"banned holds every id of the {V}-token vocabulary"):
+        run(list(range(V)))
+    assert run([i for i in range(V) if i != 5]) is not None  # one id left is enough

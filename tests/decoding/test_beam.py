@@ -362,6 +362,32 @@ def test_beam_size_and_n_best_are_checked():
         beam_search(model, src, mask, beam_size=2, bos=BOS, eos=EOS, max_len=torch.tensor([3, 0, 2, 2]))
 
 
+def test_arguments_beam_search_cannot_use_are_refused_by_name():
+    """A float beam size failed inside topk, a list of prompts on ``.dim()``, and an unknown early_stopping
+    was read as False."""
+    model = make("transformer")
+    src, mask, _ = inputs("transformer")
+    with pytest.raises(ValueError, match="beam_size must be an int"):
+        beam_search(model, src, mask, beam_size=2.5, bos=BOS, eos=EOS, max_len=5)
+    with pytest.raises(TypeError, match=r"prompt must be a \(B, P\) tensor"):
+        beam_search(model, src, mask, beam_size=2, bos=BOS, eos=EOS, max_len=5, prompt=[torch.tensor([BOS])] * 4)
+    with pytest.raises(ValueError, match="early_stopping must be True, False or 'never'"):
+        beam_search(model, src, mask, beam_size=2, bos=BOS, eos=EOS, max_len=5, ranking="hf", early_stopping="yes")
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_an_empty_batch_gives_empty_results(name):
+    """Zero sentences used to fail in the model (a ZeroDivisionError, or RNN packing)."""
+    model = make(name)
+    src, mask, prompt = inputs(name)
+    src, mask, prompt = (None if x is None else x[:0] for x in (src, mask, prompt))
+    result = beam_search(model, src, mask, beam_size=2, bos=BOS, eos=EOS, max_len=5, prompt=prompt)
+    assert result.hypotheses == []
+    assert result.best().tokens.shape == (0, 0)
+    out = greedy(model, src, mask, bos=BOS, eos=EOS, max_len=5, prompt=prompt)
+    assert out.tokens.shape == (0, 0) and out.scores.shape == out.lengths.shape == (0,)
+
+
 # -- attention ---------------------------------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from seqmap.config import ModelConfig
@@ -127,3 +128,23 @@ def test_inverse_cdf_draws_the_distribution_and_never_a_token_of_probability_zer
     freq = torch.bincount(draws, minlength=5).double() / 60_000
     torch.testing.assert_close(freq, torch.tensor([0.125, 0.0, 0.5, 0.375, 0.0], dtype=torch.float64), rtol=0,
                                atol=0.01)
+
+
+def test_filters_that_leave_nothing_to_draw_are_refused_and_a_fully_banned_row_draws_id_0():
+    """top_p 0 (or NaN, or a NaN temperature) kept no token, and a row whose every token no_repeat_ngram bans
+    had nothing to draw: both failed on an index V deep in torch. Greedy takes id 0 at -inf there; so does sampling."""
+    from seqmap.decoding.sampling import inverse_cdf
+
+    model = _model()
+    src, mask = torch.randint(3, 12, (2, 4)), torch.ones(2, 4, dtype=torch.bool)
+    for bad in (dict(top_p=0.0), dict(top_p=float("nan")), dict(temperature=float("nan"))):
+        with pytest.raises(ValueError, match="top_p must be > 0" if "top_p" in bad else "temperature must be > 0"):
+            sample(model, src, mask, bos=1, eos=2, max_len=3, **bad)
+    probs = torch.softmax(torch.tensor([[0.0, 1.0, 2.0], [float("-inf")] * 3]), -1)  # row 1: nan, nothing to draw
+    assert inverse_cdf(probs, torch.tensor([0.5, 0.5], dtype=torch.float64)).tolist()[1] == 0
+    # 12 ids, EOS banned: with no_repeat_ngram=1 every id is used up by the 11th token or so, BOS and prompt included
+    out = sample(model, src, mask, bos=1, eos=2, max_len=14, banned=[2], no_repeat_ngram=1,
+                 generator=torch.Generator().manual_seed(0))
+    ref = greedy(model, src, mask, bos=1, eos=2, max_len=14, banned=[2], no_repeat_ngram=1)
+    assert out.tokens[:, -1].tolist() == ref.tokens[:, -1].tolist() == [0, 0]
+    assert out.scores.tolist() == ref.scores.tolist() == [float("-inf")] * 2

@@ -291,3 +291,12 @@ def test_attention_query_is_previous_state_for_bahdanau_and_current_for_luong(mo
     top = state.hidden[-1] if mode == "general" else memory.final[-1]  # (B, H)
     _, expected = model.decoder.attention(top, memory.states, memory.mask)
     torch.testing.assert_close(attention[:, 0, 0, 0], expected)
+
+
+def test_a_mask_that_is_not_bool_is_refused_naming_the_convention():
+    """A float or int mask failed deep in torch (bitwise_or, masked_fill) with no word of the convention."""
+    model = make()
+    src, src_mask, tgt = batch()
+    for wrong in (src_mask.float(), src_mask.long()):
+        with pytest.raises(TypeError, match="src_mask must be a bool tensor, True at real tokens"):
+            model.encode(src, wrong)

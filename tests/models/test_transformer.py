@@ -282,3 +282,13 @@ def test_reorder_keeps_one_copy_of_the_memory_per_block_of_rows_and_equals_copie
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     assert attention.shape == (8, 2, 4, 2, src.size(1))
     assert torch.all(attention[4:, ..., 3:] == 0)  # rows of the third sentence: only 3 real source tokens
+
+
+@pytest.mark.parametrize("family", ["transformer", "classifier"])
+def test_a_mask_that_is_not_bool_is_refused_naming_the_convention(family):
+    """A float 0/1 mask failed on bitwise_or inside the attention; an int one went through by accident."""
+    model = make(family, n_classes=2)
+    src, src_mask, tgt = batch()
+    for wrong in (src_mask.float(), src_mask.long()):
+        with pytest.raises(TypeError, match="src_mask must be a bool tensor, True at real tokens"):
+            model(src, wrong, tgt) if family == "transformer" else model(src, wrong)

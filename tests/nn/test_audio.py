@@ -95,3 +95,11 @@ def test_spec_augment_masks_only_in_training_and_only_within_limits():
 def test_too_short_audio_is_one_clear_error():
     with pytest.raises(ValueError, match="too short"):
         frontend()(torch.zeros(1, 300), None)
+
+
+def test_a_waveform_without_its_batch_axis_is_one_clear_error():
+    """A 1-D waveform failed with an IndexError inside the frame count."""
+    with pytest.raises(ValueError, match=r"wave must be \(B, N\) samples.*wave\[None\]"):
+        frontend()(torch.zeros(4000), None)
+    with pytest.raises(ValueError, match=r"wave_mask None or \(B, N\)"):
+        frontend()(torch.zeros(2, 4000), torch.ones(2, 3000, dtype=torch.bool))

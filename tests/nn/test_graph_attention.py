@@ -127,3 +127,17 @@ def test_bad_structure_and_dropout_say_what_to_pass():
         layer(x, edges.T)
     with pytest.raises(ValueError, match="attn_dropout must be in"):
         GraphAttention(FIN, DH, attn_dropout=1.0)
+
+
+def test_an_int32_edge_index_gives_the_int64_result_and_other_dtypes_are_refused():
+    """torch's CPU gather misreads an expanded int32 index: segment weights then summed past 1, silently."""
+    x, edges = _graph()
+    scores = torch.randn(edges.size(1), H, generator=torch.Generator().manual_seed(1))
+    assert_close(segment_softmax(scores, edges[1].int(), N), segment_softmax(scores, edges[1], N))
+    layer = GraphAttention(FIN, DH, H).eval()
+    out, weights = layer(x, edges.int())
+    expected_out, expected_weights = layer(x, edges)
+    assert_close(out, expected_out)
+    assert_close(weights, expected_weights)
+    with pytest.raises(TypeError, match=r"edge index must hold int64 .*edge_index.long\(\)"):
+        layer(x, edges.float())
