@@ -30,7 +30,7 @@ import sys
 
 import seqmap
 from seqmap.cli import average, classify, data, evaluate, generate, hub, plot, toy, train, transcribe, translate
-from seqmap.cli.common import USAGE_ERROR, UserError
+from seqmap.cli.common import INTERRUPTED_STATUS, USAGE_ERROR, UserError
 from seqmap.config import ConfigError
 
 __all__ = ["USAGE_ERROR", "UserError", "build_parser", "main"]
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE_ERROR
     except KeyboardInterrupt:
         print("seqmap: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED_STATUS
     except BrokenPipeError:  # the reader of a pipe left (`seqmap translate ... | head -1`): no traceback
         try:  # Python flushes stdout again at exit: point it where that cannot fail
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

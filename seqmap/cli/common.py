@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 USAGE_ERROR = 2
+INTERRUPTED_STATUS = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
 
 
 class UserError(Exception):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
-from seqmap.cli.common import UserError, threads
+from seqmap.cli.common import INTERRUPTED_STATUS, UserError, threads
 from seqmap.config import DataConfig, ModelConfig, RunConfig, from_dict, load_config, load_config_from_init
 
 # data.* options a resumed run may point elsewhere (the files moved); the others must stay as trained
@@ -68,6 +69,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         if run_dir.exists() and not run_dir.is_dir():
             raise UserError(f"the run directory {run_dir} is a file; choose another --run-dir")
     result = train(cfg, run_dir, resume=bool(args.resume), test=evaluate_test_split, init=init)
+    if result["interrupted"]:
+        print(f"seqmap: interrupted at step {result['step']}; saved {result['checkpoint']}: continue with "
+              f"`seqmap train --resume {run_dir}`", file=sys.stderr)
+        return INTERRUPTED_STATUS
     test = result.get("test")
     summary = {"run_dir": str(run_dir), "steps": result["step"], "best": result["best"],
                "train_minutes": round(result["train_seconds"] / 60, 2), "stop": result["stop_reason"]}

@@ -283,7 +283,12 @@ class RunTrainer:
                    "classification": self._classification_batches, "image": self._image_batches,
                    "graph": self._graph_batches, "speech": self._speech_batches}[self.cfg.data.task]()
         result = self.trainer.run(batches, validate=self._validate_and_save)
-        if self.dist.is_main and self._unsaved is not None:  # train.save_every skipped the last validation
+        if result["interrupted"]:  # Ctrl-C: keep the last step (unranked) unless its validation saved it
+            latest = self.checkpoints.latest()
+            if latest is None or latest.name != f"step-{self.state['step']:06d}":
+                latest = self._save(None)
+            result["checkpoint"] = latest
+        elif self.dist.is_main and self._unsaved is not None:  # train.save_every skipped the last validation
             self._save(*self._unsaved)
         return result
 
@@ -406,7 +411,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, stream=N
         # a process that left while the main one was still testing could abort in gloo's teardown
         distributed.barrier(trainer.dist)
         distributed.teardown(trainer.dist)
-        result["test"] = test(trainer) if test is not None and trainer.dist.is_main else None
+        result["test"] = (test(trainer) if test is not None and trainer.dist.is_main and not result["interrupted"]
+                          else None)
         return result
     finally:
         trainer.close()

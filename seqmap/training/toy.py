@@ -228,7 +228,8 @@ def train_toy(model_cfg: ModelConfig, cfg: ToyConfig | None = None, *,
             say(f"step {step:5d}  loss {sum(recent) / len(recent):.4f}  lr {lr:.2e}  "
                 f"{time.perf_counter() - start:.1f}s")
 
-    Trainer(model, toy_train_config(cfg), torch.device("cpu")).run(batches(), on_step=on_step)
+    if Trainer(model, toy_train_config(cfg), torch.device("cpu")).run(batches(), on_step=on_step)["interrupted"]:
+        raise KeyboardInterrupt  # a toy run keeps nothing: Ctrl-C ends it, as before the loop stopped cleanly
     train_seconds = time.perf_counter() - start
 
     start = time.perf_counter()

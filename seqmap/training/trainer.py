@@ -13,10 +13,12 @@ one batch each take exactly the step one process takes with both batches.
 from __future__ import annotations
 
 import math
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -35,6 +37,9 @@ from seqmap.training.schedule import make_schedule, set_lr
 
 class TrainingError(RuntimeError):
     """Training cannot go on; the message says why and what to change."""
+
+
+INTERRUPTED = "interrupted (Ctrl-C)"  # the stop reason of a run the user interrupted
 
 
 def _is_terminal(stream) -> bool:
@@ -132,6 +137,27 @@ class Trainer:
         # the counters a checkpoint stores (RunTrainer adds the data position)
         self.state = {"step": 0, "best": None, "bad_validations": 0, "skipped_steps": 0, "train_seconds": 0.0,
                       "tokens": 0}
+        self.interrupted = False  # set by the first Ctrl-C: the loop stops after the step it is in
+
+    @contextmanager
+    def _stop_on_interrupt(self) -> Iterator[None]:
+        """The first Ctrl-C (SIGINT) ends the run after the current step, with weights and optimiser consistent
+        for a checkpoint; a second one interrupts at once. One process in the main thread only: the processes
+        of a distributed run would not stop at the same step."""
+        if self.dist.enabled or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def request_stop(signum, frame) -> None:
+            self.interrupted = True
+            signal.signal(signal.SIGINT, previous)
+            self.log.info("Ctrl-C: stopping after this step and saving it (Ctrl-C again stops at once, unsaved)")
+
+        previous = signal.signal(signal.SIGINT, request_stop)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     # -- one optimiser step ---------------------------------------------------------------
     def step(self, micro_batches: list[Batch | LabelBatch]) -> tuple[float, float, int] | None:
@@ -194,6 +220,8 @@ class Trainer:
     # -- the loop -----------------------------------------------------------------------
     def should_stop(self) -> str | None:
         t, s = self.train_cfg, self.state
+        if self.interrupted:
+            return INTERRUPTED
         if t.max_steps > 0 and s["step"] >= t.max_steps:
             return f"reached train.max_steps={t.max_steps}"
         if t.max_time > 0 and s["train_seconds"] >= 60 * t.max_time:
@@ -208,8 +236,14 @@ class Trainer:
 
         ``validate()`` runs every ``train.valid_every`` steps and after the last one (it may save a
         checkpoint and return its path, and update ``state["bad_validations"]`` for ``train.patience``);
-        ``on_step(step, loss, lr)`` after every update.
+        ``on_step(step, loss, lr)`` after every update. A Ctrl-C stops the run after its current step with
+        ``stop_reason`` INTERRUPTED and ``interrupted`` true, without a validation (the caller saves the step).
         """
+        with self._stop_on_interrupt():
+            return self._run(batches, validate, on_step)
+
+    def _run(self, batches: Iterable[Batch], validate: Callable[[], Path | None] | None,
+             on_step: Callable[[int, float, float], None] | None) -> dict:
         t, s, batches = self.train_cfg, self.state, iter(batches)
         # with a time budget the step count that ends the run is unknown: show no total (and no false ETA).
         # The bar is for a terminal only: in a file it would be thousands of carriage-return frames, and the
@@ -265,17 +299,19 @@ class Trainer:
                 window_tokens, window_time, window_loss, window_nll = 0, 0.0, 0.0, 0.0
             # rank 0 decides (time limits differ slightly per rank); validation holds collectives
             stop_reason = self._broadcast_stop(self.should_stop())
+            if stop_reason == INTERRUPTED:
+                break
             if validate is not None and (s["step"] % t.valid_every == 0 or stop_reason is not None):
                 validate()
                 last_valid_step = s["step"]
                 stop_reason = self._broadcast_stop(self.should_stop())
         bar.close()
-        if validate is not None and last_valid_step != s["step"] and s["step"] > 0:
+        if validate is not None and last_valid_step != s["step"] and s["step"] > 0 and stop_reason != INTERRUPTED:
             validate()
         self.log.info(f"training stopped: {stop_reason}; {s['step']} steps, "
                       f"{s['train_seconds'] / 60:.1f} min, {s['skipped_steps']} skipped steps")
         return {"step": s["step"], "best": s["best"], "stop_reason": stop_reason,
-                "train_seconds": s["train_seconds"], "tokens": s["tokens"]}
+                "train_seconds": s["train_seconds"], "tokens": s["tokens"], "interrupted": stop_reason == INTERRUPTED}
 
     def _broadcast_stop(self, reason: str | None) -> str | None:
         stop = distributed.broadcast_flag(reason is not None, self.dist, self.device)

@@ -406,3 +406,28 @@ def test_language_model_resume_after_a_skipped_step_reads_on_from_the_same_batch
     assert "update skipped" in (split / "train.log").read_text()
     assert sorted(got) == sorted(expected) == list(range(1, 11))
     assert got == expected
+
+
+def test_ctrl_c_saves_the_step_it_stopped_after_and_resume_gives_the_losses_of_an_uninterrupted_run(corpus, tmp_path):
+    """Ctrl-C lost every step since the last checkpoint (here: all of them, no validation before step 40)."""
+    cfg_path = write_config(tmp_path, config(corpus, max_steps=40, valid_every=40))
+    straight = tmp_path / "straight"
+    assert _seqmap("train", str(cfg_path), "--run-dir", str(straight), "--threads", "1").wait(timeout=300) == 0
+
+    stopped = tmp_path / "stopped"
+    proc = _seqmap("train", str(cfg_path), "--run-dir", str(stopped), "--threads", "1")
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and max(train_losses(stopped), default=0) < 10:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    err = proc.stderr.read()
+    assert proc.wait() == 130, err
+    step = max(train_losses(stopped))
+    assert 10 <= step < 40, "the run finished before it could be interrupted"
+    checkpoint = stopped / "checkpoints" / f"step-{step:06d}"
+    assert err.splitlines()[-1] == (f"seqmap: interrupted at step {step}; saved {checkpoint}: continue with "
+                                    f"`seqmap train --resume {stopped}`")
+    assert "Ctrl-C: stopping after this step" in (stopped / "train.log").read_text()
+    resumed = _seqmap("train", "--resume", str(stopped), "--threads", "1")
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    assert train_losses(stopped) == train_losses(straight)  # bit-for-bit, as after SIGKILL
