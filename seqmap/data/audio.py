@@ -124,6 +124,11 @@ def join(recordings: Recordings, count: int, lo: int, hi: int, silence: tuple[fl
 
 # -- reading ---------------------------------------------------------------------------
 
+# Float samples are at full scale at 1. A file past a million (120 dB above it) holds no audio, and the float32
+# power spectrum of samples near 1e13-1e16 (by window size) overflows to inf, which decoding cannot read.
+MAX_SAMPLE = 1e6
+
+
 def _pcm_to_float(audio: np.ndarray, where: str) -> np.ndarray:
     if audio.dtype == np.int16:
         return audio.astype(np.float32) / 32768.0
@@ -200,10 +205,16 @@ def _read_audio(source, name: str, sample_rate: int | None, max_seconds: float |
     except DataError:
         raise
     except (RuntimeError, soundfile.LibsndfileError, ValueError) as e:
-        raise DataError(f"cannot read {name} as audio ({' '.join(str(e).split())}); give a WAV/FLAC/OGG file") \
-            from None
+        detail = " ".join(str(e).replace(repr(source), name).split())  # not "<_io.BytesIO object at 0x...>"
+        raise DataError(f"cannot read {name} as audio ({detail}); give a WAV/FLAC/OGG file") from None
     if audio.shape[0] == 0:
         raise DataError(f"{name} holds no samples")
+    if not np.isfinite(audio).all():
+        raise DataError(f"{name} holds NaN or infinite samples; give a recording of finite samples")
+    peak = float(np.abs(audio).max())
+    if peak > MAX_SAMPLE:
+        raise DataError(f"{name} has samples up to {peak:.3g}, more than {MAX_SAMPLE:g} times full scale; scale "
+                        "the recording to [-1, 1]")
     audio = audio.mean(axis=1) if audio.shape[1] > 1 else audio[:, 0]
     if sample_rate and rate != sample_rate:
         audio, rate = resample(audio, rate, sample_rate), sample_rate

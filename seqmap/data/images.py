@@ -134,11 +134,14 @@ def read_image_file(path: str | Path | BinaryIO, mode: str, size: tuple[int, int
             array = np.array(img, dtype=np.uint8)  # a writable copy
     except FileNotFoundError:
         raise ImageError(f"image file not found: {name}") from None
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
+    except Image.DecompressionBombError as e:  # Pillow's own limit, met before max_pixels when there is none
+        raise ImageError(f"{name} is too large to decode ({' '.join(str(e).split())}); give a smaller image") from None
+    except (UnidentifiedImageError, OSError, ValueError) as e:
         if isinstance(e, ImageError):
             raise
-        raise ImageError(f"cannot read {name} as an image ({' '.join(str(e).split())}); give a PNG, JPEG, BMP, GIF, "
-                         "WebP or TIFF file") from None
+        detail = " ".join(str(e).replace(repr(path), name).split())  # not "<_io.BytesIO object at 0x...>"
+        raise ImageError(f"cannot read {name} as an image ({detail}); give a PNG, JPEG, BMP, GIF, WebP or TIFF "
+                         "file") from None
     array = array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
     return torch.from_numpy(np.ascontiguousarray(array))
 

@@ -17,7 +17,6 @@ and its time steps so that the page can draw each token's row under the audio it
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +38,6 @@ from seqmap.serve.schemas import Limits, RequestError, TranscribeRequest, check_
 
 FEATURE_DECIMALS = 2  # log-mel features are normalised (unit variance): 0.01 is below what a colour map shows
 SUBSAMPLING = 4  # feature frames per encoder frame (two stride-2 convolutions)
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True)
@@ -81,20 +79,7 @@ class SpeechEngine:
         if int(self.frontend.frame_lengths(torch.tensor(len(wave)))) < 1:
             raise RequestError(f"{field} is too short ({len(wave) / rate:.3f} s) for one encoder frame; send at "
                                f"least {self.frontend.min_samples / rate:.3f} s of audio", field)
-        self._check_samples(wave, field)
         return wave
-
-    def _check_samples(self, wave: np.ndarray, field: str) -> None:
-        """Refuse samples the float32 spectrogram cannot hold (NaN, infinite, or so loud that a window's power
-        overflows): one such recording would fail the whole batch it is decoded in."""
-        if not np.isfinite(wave).all():
-            raise RequestError(f"{field} holds NaN or infinite samples; send a recording of finite samples", field)
-        n_fft = self.frontend.logmel.n_fft
-        loudest = math.sqrt(FLOAT32_MAX / ((n_fft // 2 + 1) * n_fft**2))  # power of n_fft // 2 + 1 bins stays finite
-        peak = float(np.abs(wave).max())
-        if peak > loudest:
-            raise RequestError(f"{field} has samples up to {peak:.3g}, too loud for the spectrogram (at most "
-                               f"{loudest:.3g}); scale the recording to full scale [-1, 1]", field)
 
     def check_attention_size(self, waves: list[np.ndarray]) -> None:
         """Refuse (422, field ``attention``) a request whose attention and spectrograms could pass the limit."""

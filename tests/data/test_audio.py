@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("soundfile", reason="the speech extra (pip install 'seqmap[speech]') is not installed")
+soundfile = pytest.importorskip("soundfile", reason="the speech extra (pip install 'seqmap[speech]') is not installed")
 
 from seqmap.config import DataConfig  # noqa: E402
-from seqmap.data.audio import join, read_npz, read_recordings, read_wav, single  # noqa: E402
+from seqmap.data.audio import join, read_audio_bytes, read_npz, read_recordings, read_wav, single  # noqa: E402
 from seqmap.data.corpus import DataError  # noqa: E402
 from seqmap.data.dataset_files import DatasetError, npz_arrays_sha256  # noqa: E402
 from seqmap.data.fsdd import FSDD_ARRAYS_SHA256, build_npz  # noqa: E402
@@ -191,3 +191,27 @@ def test_the_download_recipe_rebuilds_the_local_copy_exactly():
         members[name] = wav_bytes(arrays["audio"][arrays["offsets"][k]:arrays["offsets"][k + 1]])
     built = build_npz(_zip(members))
     assert npz_arrays_sha256(built, "built") == FSDD_ARRAYS_SHA256 == npz_arrays_sha256(path.read_bytes(), "copy")
+
+
+@pytest.mark.parametrize("samples, message", [
+    (np.full(800, np.nan, np.float32), "x.wav holds NaN or infinite samples; give a recording of finite samples"),
+    (np.full(800, np.inf, np.float32), "x.wav holds NaN or infinite samples"),
+    (np.full(800, 1e30, np.float32), "x.wav has samples up to 1e+30, more than 1e+06 times full scale; scale the "
+                                     "recording to [-1, 1]"),
+])
+def test_samples_no_spectrogram_can_hold_are_refused_when_read(samples, message):
+    """`seqmap transcribe` of such a file ended in an IndexError inside decoding; the server failed the batch."""
+    buffer = io.BytesIO()
+    soundfile.write(buffer, samples, 8000, format="WAV", subtype="FLOAT")
+    with pytest.raises(DataError) as e:
+        read_audio_bytes(buffer.getvalue(), "x.wav")
+    assert str(e.value).startswith(message)
+    loud = np.full(800, 1e5, np.float32)  # far above full scale, yet a spectrogram holds it
+    soundfile.write(buffer := io.BytesIO(), loud, 8000, format="WAV", subtype="FLOAT")
+    assert read_audio_bytes(buffer.getvalue(), "x.wav")[0].max() == 1e5
+
+
+def test_a_file_object_is_named_not_printed():
+    with pytest.raises(DataError) as e:
+        read_audio_bytes(b"not audio at all", "audio[3]")
+    assert "BytesIO" not in str(e.value) and str(e.value).startswith("cannot read audio[3] as audio (")

@@ -155,3 +155,15 @@ def test_a_16_bit_grey_image_is_scaled_to_8_bits_not_clipped(tmp_path):
     for mode in ("L", "RGB"):
         image = read_image_file(tmp_path / "deep.png", mode)
         assert torch.equal(image, torch.from_numpy(pixels)[None].expand(image.size(0), -1, -1))
+
+
+def test_an_unreadable_upload_is_named_not_printed_and_a_bomb_says_too_large(tmp_path, monkeypatch):
+    import io
+
+    with pytest.raises(ImageError) as e:
+        read_image_file(io.BytesIO(b"not an image"), "L", name="image[2]")
+    assert "BytesIO" not in str(e.value) and "image[2]" in str(e.value)
+    Image.new("L", (64, 64)).save(tmp_path / "big.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # Pillow refuses twice its limit: 64 x 64 > 2000
+    with pytest.raises(ImageError, match=r"big.png is too large to decode \(.*\); give a smaller image"):
+        read_image_file(tmp_path / "big.png", "L")

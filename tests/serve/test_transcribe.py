@@ -157,7 +157,7 @@ GOOD = wav_bytes(np.zeros(4000, np.int16))
     ({"audio": [GOOD, wav_bytes(np.full(4000, np.nan, np.float32), subtype="FLOAT")]}, "audio[1]",
      "audio[1] holds NaN or infinite samples"),
     ({"audio": [wav_bytes(np.full(4000, 1e30, np.float32), subtype="FLOAT")]}, "audio[0]",
-     "audio[0] has samples up to 1e+30, too loud for the spectrogram"),
+     "audio[0] has samples up to 1e+30, more than 1e+06 times full scale; scale the recording to [-1, 1]"),
     ({"audio": [wav_bytes(np.zeros(24000, np.int16))]}, "audio[0]", "lasts 3.0 s; at most 2 s per file"),
     ({"audio": []}, "audio", "audio is an empty list"),
     ({"audio": [GOOD] * 5}, "audio", "at most 4 per request"),
