@@ -249,19 +249,23 @@ def follow(beams: Beams, live: Candidates, step_attention: Tensor | None) -> Bea
 
 def finish_at_limit(beams: Beams, limits: Tensor, alpha: float) -> Tensor:
     """Finish, without EOS, the live beams of the sentences that reached their maximum length; return those (G,)."""
-    length = beams.tokens.size(1)
-    at_limit = limits[beams.sentences] <= length  # (G,)
-    if not bool(at_limit.any()):
-        return at_limit
+    at_limit = limits[beams.sentences] <= beams.tokens.size(1)  # (G,)
+    if bool(at_limit.any()):
+        finish_live(beams, at_limit, alpha)
+    return at_limit
+
+
+def finish_live(beams: Beams, which: Tensor, alpha: float, ranking: str = "gnmt") -> None:
+    """Finish, without EOS, the live beams of sentences ``which`` (G,): at their length limit, or where no token
+    may extend any of them (``no_repeat_ngram`` has banned every one), so that no sentence ends with nothing."""
     k, scores, history = beams.width, beams.scores.cpu(), beams.tokens.cpu()
-    for g in at_limit.nonzero().squeeze(1).tolist():
+    for g in which.nonzero().squeeze(1).tolist():
         for j in range(k):
             if scores[g, j] > float("-inf"):
                 row = g * k + j
                 attention = None if beams.attention is None else beams.attention[row]
-                hyp = _hypothesis(history[row].tolist(), float(scores[g, j]), attention, alpha)
+                hyp = _hypothesis(history[row].tolist(), float(scores[g, j]), attention, alpha, ranking)
                 beams.finished[int(beams.sentences[g])].append(hyp)
-    return at_limit
 
 
 def stopped(beams: Beams, limits: Tensor, n_best: int, beam_size: int, alpha: float) -> Tensor:
@@ -391,6 +395,10 @@ def beam_search(
         if no_repeat_ngram:
             log_probs = ban_repeats(log_probs, history(beams, step_input), no_repeat_ngram)
         candidates = prune(beams.scores, log_probs, beam_size)
+        if no_repeat_ngram:  # the only way every token of a step is banned: keep the beams it strands
+            stranded = ~torch.isfinite(candidates.scores).any(dim=1)  # (G,)
+            if bool(stranded.any()):
+                finish_live(beams, stranded, length_penalty, ranking)
         step_attention = last_query(attn) if need_attention else None
         at_limit = limits[beams.sentences] <= beams.tokens.size(1) + 1 if hf else None  # (G,)
         finish(beams, candidates, eos, step_attention, length_penalty, ranking, at_limit)

@@ -586,3 +586,20 @@ def test_beams_reading_their_shared_prefix_once_find_the_same_hypotheses(monkeyp
     for ours, theirs in zip(shared.hypotheses, alone.hypotheses, strict=True):
         assert [h.tokens for h in ours] == [h.tokens for h in theirs]
         assert [h.score for h in ours] == pytest.approx([h.score for h in theirs], abs=1e-5)
+
+
+@pytest.mark.parametrize("ranking", ["gnmt", "hf"])
+def test_beams_that_no_repeat_ngram_strands_are_kept_not_lost(ranking):
+    """Every token a beam may take used up before EOS was allowed: the sentence ended with no hypothesis at all
+    (``best()`` raised IndexError). The stranded beams now finish without EOS, as at the length limit."""
+    torch.manual_seed(0)
+    lm = build_model(ModelConfig(family="lm", tgt_vocab=11, src_vocab=11, d_model=16, n_heads=2, d_ff=32,
+                                 dec_layers=1, dropout=0.0)).eval()
+    prompt = torch.tensor([[1, 5, 6], [1, 7, 8]])
+    result = beam_search(lm, None, None, beam_size=2, bos=1, eos=2, max_len=14, prompt=prompt, banned=[2],
+                         no_repeat_ngram=1, ranking=ranking, n_best=2)
+    for row, hyps in zip(prompt.tolist(), result.hypotheses, strict=True):
+        assert len(hyps) == 2
+        for h in hyps:  # each of the 7 tokens neither banned nor in the prompt, once
+            assert sorted(h.tokens) == sorted(set(range(11)) - {2, *row}) and math.isfinite(h.score)
+    assert result.best().tokens.shape == (2, 7)
