@@ -110,6 +110,8 @@ def checked_dir(directory: str | os.PathLike) -> Path:
     path = Path(directory)
     if path.is_dir():
         return path
+    if path.exists():
+        raise CheckpointError(f"{path} is a file, not a checkpoint directory (RUN/checkpoints/step-N)")
     msg = f"checkpoint directory {path} does not exist"
     backups = sorted(path.parent.glob(f".{path.name}.old-*")) if path.parent.is_dir() else []
     if backups:

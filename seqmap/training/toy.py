@@ -86,8 +86,14 @@ def _sep_id(cfg: ToyConfig) -> int:
     return cfg.vocab
 
 
+TOY_FAMILIES = ("transformer", "rnn", "lm", "rnn_lm")  # the families that map a sequence to a sequence
+
+
 def _with_vocab(model_cfg: ModelConfig, cfg: ToyConfig) -> ModelConfig:
     """Fill in the vocabulary sizes the task needs; reject a config that sets other ones."""
+    if model_cfg.family not in TOY_FAMILIES:
+        raise ConfigError(f"model.family = {model_cfg.family} cannot learn a toy task (copy, reverse, sort: "
+                          f"sequence to sequence); use one of {', '.join(TOY_FAMILIES)}")
     if model_cfg.family == "lm":
         need = {"tgt_vocab": cfg.vocab + 1}  # + the separator; an LM has no source vocabulary
     else:

@@ -197,6 +197,9 @@ def test_invalid_trainer_json_named(tmp_path):
 def test_missing_files_named(tmp_path):
     with pytest.raises(CheckpointError, match="nowhere"):
         load_checkpoint(tmp_path / "nowhere", model=Tiny())
+    (tmp_path / "config.yaml").write_text("")  # a file given where a checkpoint goes ("does not exist" before)
+    with pytest.raises(CheckpointError, match=r"config.yaml is a file, not a checkpoint directory"):
+        load_checkpoint(tmp_path / "config.yaml", model=Tiny())
     _save(tmp_path / "c", Tiny())
     (tmp_path / "c" / "trainer.safetensors").unlink()
     with pytest.raises(CheckpointError, match=r"trainer\.safetensors"):

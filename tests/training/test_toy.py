@@ -73,6 +73,9 @@ def test_toy_config_rejects_bad_values_and_unknown_keys():
         ToyRun.from_dict({"toy": {"stpes": 3}})
     with pytest.raises(ConfigError, match="src_vocab"):
         train_toy(ModelConfig(src_vocab=99), ToyConfig(steps=1), log=None)
+    with pytest.raises(ConfigError, match=r"model.family = classifier cannot learn a toy task .*; use one of "
+                                          r"transformer, rnn, lm, rnn_lm"):  # said model.n_classes must be >= 2
+        train_toy(ModelConfig(family="classifier"), ToyConfig(steps=1), log=None)
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.stem)
