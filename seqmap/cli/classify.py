@@ -50,9 +50,9 @@ def cmd_classify(args: argparse.Namespace) -> int:
         texts = read_stdin()
     if not texts:
         raise UserError("nothing to classify: give TEXT arguments, --input FILE, or pipe texts into stdin")
-    if run.cfg.data.task == "image" and "" in (t.strip() for t in texts):
-        line = [t.strip() for t in texts].index("") + 1
-        where = "an argument" if args.texts else f"line {line} of {args.input or 'stdin'}"
+    empty = next((number for number, text in enumerate(texts, start=1) if not text.strip()), None)
+    if run.cfg.data.task == "image" and empty is not None:
+        where = "an argument" if args.texts else f"line {empty} of {args.input or 'stdin'}"
         raise UserError(f"{where} is empty; an image classifier reads one image path per line")
     labels, k = run.labels, min(args.top, len(run.labels))
     for text in texts:

@@ -22,6 +22,7 @@ import gzip
 import hashlib
 import os
 import re
+import sys
 import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -76,8 +77,6 @@ def read_lines(path: str | Path, config_key: str | None = None) -> list[str]:
 def read_stdin() -> list[str]:
     """stdin's lines as ``read_lines`` reads a file's: UTF-8 (else one error naming the line), LF or CRLF endings,
     a leading byte-order mark dropped; no lines is no error (nothing in, nothing out)."""
-    import sys
-
     return [_decode_line(raw, number, Path("stdin"), None) for number, raw in enumerate(sys.stdin.buffer, start=1)]
 
 

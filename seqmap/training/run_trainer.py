@@ -116,8 +116,6 @@ class RunTrainer:
             fields = {}
         model_cfg = dataclasses.replace(cfg.model, **fields)
         self.cfg = dataclasses.replace(cfg, model=model_cfg)
-        if self.dist.is_main:
-            save_config(self.cfg, self.run_dir / "config.yaml")
 
         seed_everything(cfg.train.seed)  # identical initial weights on every rank
         self.model = build_model(self.cfg.model).to(self.device)
@@ -143,6 +141,8 @@ class RunTrainer:
                 raise CheckpointError(str(err).removesuffix(damaged_advice(latest)) + _resume_advice(latest)) from None
             self.state.update(loaded.trainer_state)
             self.log.info(f"resumed from {latest} at step {self.state['step']}")
+        if self.dist.is_main:  # after a resume's checkpoint has loaded: a refused one leaves config.yaml as it was
+            save_config(self.cfg, self.run_dir / "config.yaml")
         n_params = sum(p.numel() for p in self.model.parameters())
         self.log.info(f"model: {self.cfg.model.family}, {n_params / 1e6:.2f}M parameters, device {self.device}"
                       f"{f', {self.dist.world_size} processes' if self.dist.enabled else ''}")

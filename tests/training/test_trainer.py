@@ -137,13 +137,17 @@ def _seqmap(*args, **kwargs) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, **kwargs)
 
 
-def test_resume_after_sigkill_gives_the_losses_of_an_uninterrupted_run(corpus, tmp_path):
-    cfg_path = write_config(tmp_path, config(corpus, max_steps=60, valid_every=10))
+def _straight_then_started(corpus, tmp_path: Path, name: str, **train) -> tuple[Path, Path, subprocess.Popen]:
+    """A run trained to its end (the reference), and the same config started again in ``name``, still running."""
+    cfg_path = write_config(tmp_path, config(corpus, **train))
     straight = tmp_path / "straight"
     assert _seqmap("train", str(cfg_path), "--run-dir", str(straight), "--threads", "1").wait(timeout=300) == 0
+    second = tmp_path / name
+    return straight, second, _seqmap("train", str(cfg_path), "--run-dir", str(second), "--threads", "1")
 
-    killed = tmp_path / "killed"
-    proc = _seqmap("train", str(cfg_path), "--run-dir", str(killed), "--threads", "1")
+
+def test_resume_after_sigkill_gives_the_losses_of_an_uninterrupted_run(corpus, tmp_path):
+    straight, killed, proc = _straight_then_started(corpus, tmp_path, "killed", max_steps=60, valid_every=10)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         if any(row["step"] >= 20 for row in read_metrics(killed, "valid")):
@@ -410,12 +414,7 @@ def test_language_model_resume_after_a_skipped_step_reads_on_from_the_same_batch
 
 def test_ctrl_c_saves_the_step_it_stopped_after_and_resume_gives_the_losses_of_an_uninterrupted_run(corpus, tmp_path):
     """Ctrl-C lost every step since the last checkpoint (here: all of them, no validation before step 40)."""
-    cfg_path = write_config(tmp_path, config(corpus, max_steps=40, valid_every=40))
-    straight = tmp_path / "straight"
-    assert _seqmap("train", str(cfg_path), "--run-dir", str(straight), "--threads", "1").wait(timeout=300) == 0
-
-    stopped = tmp_path / "stopped"
-    proc = _seqmap("train", str(cfg_path), "--run-dir", str(stopped), "--threads", "1")
+    straight, stopped, proc = _straight_then_started(corpus, tmp_path, "stopped", max_steps=40, valid_every=40)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and max(train_losses(stopped), default=0) < 10:
         time.sleep(0.01)
