@@ -84,6 +84,7 @@ from seqmap.decoding.greedy import (
     max_lengths,
     next_log_probs,
     pad_keys,
+    score_dtype,
     start_tokens,
 )
 from seqmap.decoding.inference import inference
@@ -125,6 +126,7 @@ class BeamResult:
 
     hypotheses: list[list[Hypothesis]]
     pad: int = 0
+    score_dtype: torch.dtype = torch.float32  # of ``best().scores``: the search's (``greedy.score_dtype``)
 
     def best(self) -> GreedyResult:
         """The best hypothesis of each sentence in ``greedy``'s layout, as CPU tensors (tokens padded with ``pad``)."""
@@ -133,7 +135,7 @@ class BeamResult:
         tokens = torch.full((len(best), width), self.pad, dtype=torch.long)
         for i, h in enumerate(best):
             tokens[i, : len(h.tokens)] = torch.tensor(h.tokens, dtype=torch.long)
-        scores = torch.tensor([h.score for h in best])
+        scores = torch.tensor([h.score for h in best], dtype=self.score_dtype)
         lengths = torch.tensor([len(h.tokens) for h in best])
         attention = None
         if best and best[0].attention is not None:
@@ -388,7 +390,7 @@ def beam_search(
     check_banned(banned, logits.size(-1))
     if hf:
         check_banned(absent, logits.size(-1), "absent")
-    beams = Beams(torch.arange(batch), torch.zeros(batch, 1, device=device),
+    beams = Beams(torch.arange(batch), torch.zeros(batch, 1, dtype=score_dtype(logits), device=device),
                   torch.empty(batch, 0, dtype=torch.long, device=device), finished=[[] for _ in range(batch)])
     for _ in range(int(limits.max())):
         log_probs = next_log_probs(logits, banned, absent if hf else None)  # (G*n, V)
@@ -426,4 +428,4 @@ def beam_search(
     for finished in beams.finished:
         finished.sort(key=lambda h: -h.normalized)
         del finished[n_best:]
-    return BeamResult(beams.finished, pad)
+    return BeamResult(beams.finished, pad, beams.scores.dtype)

@@ -35,8 +35,8 @@ class GreedyResult(NamedTuple):
     Attributes:
         tokens: (B, N) generated ids, N <= max_len. A row that finished holds its
             EOS and then ``pad``; a row that hit its maximum length has no EOS.
-        scores: (B,) sum of the log-probabilities of each row's tokens, EOS included; None when
-            not asked for (``greedy(..., scores=False)``).
+        scores: (B,) sum of the log-probabilities of each row's tokens, EOS included, in the model's dtype
+            (float32 for a 16-bit model: ``score_dtype``); None when not asked for (``greedy(..., scores=False)``).
         lengths: (B,) tokens per row, EOS included.
         attention: (B, L, H, N, S) attention of the query that produced each token
             (cross-attention over the source; a decoder-only model's self-attention
@@ -92,16 +92,23 @@ def greedy_step(logits: Tensor, banned: Sequence[int], history: Tensor | None, n
     return best, best_score
 
 
+def score_dtype(logits: Tensor) -> torch.dtype:
+    """The dtype of log-probabilities and scores from these logits: the model's, or float32 for 16-bit floats
+    (a sum of many log-probabilities in float16 or bfloat16 would lose the ranking of close hypotheses)."""
+    return torch.promote_types(logits.dtype, torch.float32)
+
+
 def next_logits(logits: Tensor, banned: Sequence[int] = ()) -> Tensor:
-    """(B, t, V) logits of a decode step -> (B, V) float logits of each row's next token, -inf at ``banned``."""
-    last = logits[:, -1].float()
+    """(B, t, V) logits of a decode step -> (B, V) logits of each row's next token (``score_dtype``), -inf at
+    ``banned``."""
+    last = logits[:, -1].to(score_dtype(logits))
     if banned:
         last = last.index_fill(-1, torch.tensor(list(banned), device=last.device), float("-inf"))
     return last
 
 
 def next_log_probs(logits: Tensor, banned: Sequence[int] = (), absent: Sequence[int] | None = None) -> Tensor:
-    """(B, t, V) logits of a decode step -> (B, V) float log-probabilities of each row's next token.
+    """(B, t, V) logits of a decode step -> (B, V) log-probabilities of each row's next token (``score_dtype``).
 
     ``banned`` ids (e.g. PAD, BOS and UNK, which a translation must never contain) get -inf
     before the softmax: they are never chosen, and the rest renormalize among themselves.
@@ -174,8 +181,17 @@ def start_tokens(src: Tensor | None, prompt: Tensor | None, bos: int) -> Tensor:
 
 
 def max_lengths(max_len: int | Tensor, batch: int) -> Tensor:
-    """Per-row maximum output length (B,) (long, CPU) from one int or a (B,) tensor; each must be >= 1."""
-    limits = torch.as_tensor(max_len, dtype=torch.long).cpu().flatten()
+    """Per-row maximum output length (B,) (long, CPU) from one int or a (B,) integer tensor; each must be >= 1.
+
+    The one check of every search's ``max_len``: a float (10.5, or a tensor of them) is refused rather than
+    truncated, and so is a bool.
+    """
+    limits = torch.as_tensor(max_len)
+    if limits.is_floating_point() or limits.is_complex() or limits.dtype == torch.bool:
+        shown = f"a {str(limits.dtype).removeprefix('torch.')} tensor" if isinstance(max_len, Tensor) else repr(max_len)
+        raise TypeError(f"max_len must be a whole number of tokens (an int or an integer tensor), got {shown}; "
+                        "round it, e.g. math.ceil(max_len), or max_len.ceil().long() for a tensor")
+    limits = limits.long().cpu().flatten()
     if limits.numel() == 1:
         limits = limits.expand(batch)
     if limits.numel() != batch:
@@ -313,7 +329,7 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
         logits, state, attn = model.decode_step(step_input, memory, None, need_attention=need_attention)
     check_banned(banned, logits.size(-1))
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
-    total = torch.zeros(batch, device=device) if scores else None
+    total = torch.zeros(batch, dtype=score_dtype(logits), device=device) if scores else None
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
     history = None  # (B, P + step) what each row has read and generated, for no_repeat_ngram
     if no_repeat_ngram:
@@ -321,7 +337,7 @@ def decode_loop(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int,
     out, attention = [], []  # per step, over the rows live at that step
     rows = torch.arange(batch, device=device)  # the input row of each live row
     segments = [(0, rows)]  # (first step, rows): the live rows change only where rows are dropped
-    totals = torch.zeros(batch, device=device) if scores else None  # each input row's, once dropped or done
+    totals = torch.zeros_like(total) if scores else None  # each input row's, once dropped or done
     all_lengths = torch.zeros(batch, dtype=torch.long, device=device)
     compact = choose is pick_best or hasattr(choose, "keep")  # see ``Choose``
     for step in range(int(limits.max())):

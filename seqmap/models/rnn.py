@@ -108,6 +108,8 @@ class RNNEncoder(nn.Module):
     Sources must be right-padded (``src_mask`` True on a prefix of each row).
     Packing makes padding invisible: real positions and the final state are the
     same with any amount of padding; padded positions of ``states`` are zero.
+    An empty source (a row of padding, or a batch of width S = 0) ends where an RNN
+    over no steps ends, in its initial (zero) state, which the bridge maps as any other.
 
     ``reverse_source`` feeds each source to the RNN last token first (Sutskever
     et al. 2014: the first source words end up next to the first target words).
@@ -128,6 +130,8 @@ class RNNEncoder(nn.Module):
         """src (B, S), src_mask (B, S) True at real tokens -> (states (B, S, D_enc), decoder initial state)."""
         check_mask(src_mask)
         x = self.dropout(self.embedding(src))  # (B, S, E)
+        if src.size(1) == 0:  # no source token at all: the RNN would refuse to run no step
+            return x.new_zeros(src.size(0), 0, self._width()), self.bridge(self._initial(src.size(0), x))
         if src_mask is None:  # no padding: reversing is a flip
             states, final = self.rnn(x.flip(1) if self.reverse_source else x)
             return (states.flip(1) if self.reverse_source else states), self.bridge(final)
@@ -136,14 +140,25 @@ class RNNEncoder(nn.Module):
             raise ValueError("RNNEncoder needs right-padded sources: src_mask must be True on a prefix of each row")
         if self.reverse_source:
             x = reverse_padded(x, lengths)
-        # pack_padded_sequence rejects empty rows; an all-padding row reads one pad token
-        # (its states are masked out of attention anyway).
+        # pack_padded_sequence rejects empty rows: an all-padding row reads one pad token, then its final state
+        # is put back to the initial (zero) one (its states are zeroed below and masked out of attention).
         packed = pack_padded_sequence(x, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
         states, final = self.rnn(packed)
         states, _ = pad_packed_sequence(states, batch_first=True, total_length=src.size(1))  # (B, S, D_enc)
         if self.reverse_source:
             states = reverse_padded(states, lengths)
+        read = (lengths > 0)[None, :, None]  # (1, B, 1): rows with a token, on the batch dim of the final state
+        final = tuple(f * read for f in final) if isinstance(final, tuple) else final * read
         return states * src_mask[:, :, None], self.bridge(final)
+
+    def _width(self) -> int:
+        """D_enc: the width of the states, both directions."""
+        return self.rnn.hidden_size * (2 if self.rnn.bidirectional else 1)
+
+    def _initial(self, batch: int, like: Tensor) -> Hidden:
+        """The RNN's initial state (zeros), (L * dirs, B, H), or (h, c) for an LSTM: its final state after no step."""
+        h = like.new_zeros(self.rnn.num_layers * (2 if self.rnn.bidirectional else 1), batch, self.rnn.hidden_size)
+        return (h, torch.zeros_like(h)) if isinstance(self.rnn, nn.LSTM) else h
 
 
 @dataclass

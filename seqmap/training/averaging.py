@@ -1,15 +1,26 @@
-"""Checkpoint averaging: the element-wise mean of several checkpoints' weights, and saving it as a checkpoint."""
+"""Checkpoint averaging: the element-wise mean of several checkpoints' weights, and saving it as a checkpoint.
+
+Only checkpoints of one run are averaged: besides weights of the same names and shapes, they must have the same
+``model`` section in their ``config.yaml`` and the same tokenizer files (a checkpoint without ``tokenizer/`` uses
+its run's, ``RUN/tokenizer``, as ``seqmap.runs.load_run`` does). Two runs of one shape (pre-LN and post-LN, or
+two vocabularies of one size) would otherwise average into weights that neither can use. The rest of the config
+(the training schedule, decoding) may differ: checkpoints of one run differ in their step, and a resumed run may
+have changed its learning rate.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from safetensors import safe_open
 from torch import Tensor
 
+from seqmap.config import ModelConfig, from_dict, to_dict
 from seqmap.training.checkpoint import write_checkpoint
 from seqmap.training.checkpoint_files import (
     MODEL_FILE,
@@ -25,7 +36,8 @@ from seqmap.training.checkpoint_files import (
 def average_checkpoints(paths: Iterable[str | os.PathLike]) -> dict[str, Tensor]:
     """Element-wise mean of the checkpoints' weights (accumulated in float64); integer buffers from the last.
 
-    Tied names share one tensor in the result, as in ``load_weights``.
+    Tied names share one tensor in the result, as in ``load_weights``. Raises ``CheckpointError`` for
+    checkpoints of different runs (module docstring).
     """
     dirs = [checked_dir(p) for p in paths]
     if not dirs:
@@ -43,6 +55,7 @@ def average_checkpoints(paths: Iterable[str | os.PathLike]) -> dict[str, Tensor]
                     f"cannot average: weight {name!r} is {reference[name]} (shape, dtype) "
                     f"in {dirs[0]} but {other[name]} in {d}"
                 )
+    check_one_run(dirs)
     in_file = [{**{k: k for k in stored}, **tied} for stored, tied in layouts]  # name -> its name in each file
     averaged: dict[str, Tensor] = {}
     with contextlib.ExitStack() as stack:  # one tensor at a time, so memory stays near one model
@@ -63,8 +76,67 @@ def save_averaged(paths: Iterable[str | os.PathLike], out_dir: str | os.PathLike
     """Write the average of ``paths`` as a checkpoint (config and tokenizer of the last one)."""
     paths = [Path(p) for p in paths]
     weights = average_checkpoints(paths)
-    tokenizer = paths[-1] / TOKENIZER_DIR
+    tokenizer = tokenizer_dir(paths[-1])
     trainer = {"trainer_state": {"averaged_from": [str(p) for p in paths]}, "optimizer": None, "rng": None}
-    return write_checkpoint(
-        Path(out_dir), weights, trainer, {}, read_config(paths[-1]), tokenizer if tokenizer.is_dir() else None
-    )
+    return write_checkpoint(Path(out_dir), weights, trainer, {}, read_config(paths[-1]), tokenizer)
+
+
+def tokenizer_dir(checkpoint: Path) -> Path | None:
+    """The tokenizer a checkpoint decodes with: its own ``tokenizer/``, else its run's, else None (graph runs)."""
+    for folder in (checkpoint / TOKENIZER_DIR, checkpoint.parent.parent / TOKENIZER_DIR):
+        if folder.is_dir():
+            return folder
+    return None
+
+
+def check_one_run(dirs: list[Path]) -> None:
+    """Refuse checkpoints whose ``model`` config or tokenizer files differ from the first's (module docstring)."""
+    first = dirs[0]
+    model, tokenizer = read_config(first).get("model"), _files(tokenizer_dir(first))
+    for d in dirs[1:]:
+        differs = _model_difference(model, read_config(d).get("model")) or _tokenizer_difference(
+            tokenizer, _files(tokenizer_dir(d)))
+        if differs:
+            raise CheckpointError(f"cannot average {first} and {d}: they are not checkpoints of one run ({differs}); "
+                                  "average checkpoints of one run")
+
+
+_UNSET = object()
+
+
+def _model_difference(first: Any, other: Any, shown: int = 3) -> str:
+    """'' if the two ``model`` sections are equal, else the settings that differ, e.g. "model.norm_position 'pre'
+    vs 'post'". Sections that are both a ``ModelConfig`` are compared with every default filled in: a run resumed
+    by a newer seqmap has checkpoints with and without a new option."""
+    try:
+        first, other = (to_dict(from_dict(ModelConfig, section, "model")) for section in (first, other))
+    except (TypeError, ValueError):  # ConfigError among them
+        pass  # not both a ModelConfig: compared as saved
+    if first == other:
+        return ""
+    if not isinstance(first, dict) or not isinstance(other, dict):
+        return f"model {first!r} vs {other!r}"
+    keys = sorted(k for k in first.keys() | other.keys() if first.get(k, _UNSET) != other.get(k, _UNSET))
+    listed = ", ".join(f"model.{k} {_shown(first, k)} vs {_shown(other, k)}" for k in keys[:shown])
+    return listed + (f", and {len(keys) - shown} more model settings" if len(keys) > shown else "")
+
+
+def _shown(section: dict, key: str) -> str:
+    return repr(section[key]) if key in section else "unset"
+
+
+def _files(folder: Path | None) -> dict[str, str] | None:
+    """Each file under ``folder`` (a path relative to it) and the SHA-256 of its bytes; None without a folder."""
+    if folder is None:
+        return None
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _tokenizer_difference(first: dict[str, str] | None, other: dict[str, str] | None) -> str:
+    if first == other:
+        return ""
+    if first is None or other is None:
+        return f"only the {'first' if other is None else 'second'} has a tokenizer"
+    names = sorted(n for n in first.keys() | other.keys() if first.get(n) != other.get(n))
+    return f"their tokenizer files differ: {', '.join(names)}"

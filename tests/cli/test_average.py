@@ -1,8 +1,11 @@
-"""``seqmap average``: the checkpoints it refuses before reading any weights, and the directory it never overwrites."""
+"""``seqmap average``: the checkpoints it refuses (before reading any weights, or of different runs), and the
+directory it never overwrites."""
 
 import pytest
+import torch
 
 from seqmap.cli import main
+from seqmap.training.checkpoint import save_checkpoint
 
 
 @pytest.fixture
@@ -32,4 +35,18 @@ def test_a_run_directory_or_a_repeated_checkpoint_is_refused(checkpoints, tmp_pa
     assert main(["average", str(first), str(second), f"{first}/", "--out", str(tmp_path / "avg")]) == 2
     assert capsys.readouterr().err == (f"seqmap: error: {first} is given twice; give each checkpoint once (each "
                                        "counts once in the mean)\n")
+    assert not (tmp_path / "avg").exists()
+
+
+def test_checkpoints_of_two_runs_are_refused_in_one_line(tmp_path, capsys):
+    """Two runs of one shape (pre-LN and post-LN) used to be averaged into weights neither run could use."""
+    steps = []
+    for run, norm in (("pre", "pre"), ("post", "post")):
+        step = tmp_path / run / "checkpoints" / "step-000100"
+        save_checkpoint(step, model=torch.nn.Linear(3, 3), trainer_state={}, config={"model": {"norm_position": norm}})
+        steps.append(step)
+    assert main(["average", *map(str, steps), "--out", str(tmp_path / "avg")]) == 2
+    assert capsys.readouterr().err == (f"seqmap: error: cannot average {steps[0]} and {steps[1]}: they are not "
+                                       "checkpoints of one run (model.norm_position 'pre' vs 'post'); average "
+                                       "checkpoints of one run\n")
     assert not (tmp_path / "avg").exists()

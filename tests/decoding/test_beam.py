@@ -9,14 +9,16 @@ right rows for any index.
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import pytest
 import torch
 
 import seqmap.nn.multihead as multihead
 from seqmap.config import ModelConfig
-from seqmap.decoding.beam import beam_search, gnmt_penalty
+from seqmap.decoding.beam import BeamResult, beam_search, gnmt_penalty
 from seqmap.decoding.greedy import greedy
+from seqmap.decoding.sampling import sample
 from seqmap.models.builder import build_model
 from seqmap.models.protocol import Memory
 from seqmap.nn.multihead import KVCache, reorder_caches
@@ -386,6 +388,41 @@ def test_an_empty_batch_gives_empty_results(name):
     assert result.best().tokens.shape == (0, 0)
     out = greedy(model, src, mask, bos=BOS, eos=EOS, max_len=5, prompt=prompt)
     assert out.tokens.shape == (0, 0) and out.scores.shape == out.lengths.shape == (0,)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_scores_come_back_in_the_model_dtype(name):
+    """A float64 model's scores are float64 (they were cast to float32), and its tokens are the float32 model's."""
+    single, double = make(name), make(name)
+    double.model.double()
+    src, mask, prompt = inputs(name)
+    args = dict(bos=BOS, eos=EOS, max_len=6, prompt=prompt)
+    for search in (greedy, partial(beam_search, beam_size=3, n_best=2)):
+        want, got = search(single, src, mask, **args), search(double, src, mask, **args)
+        if isinstance(got, BeamResult):
+            assert [[h.tokens for h in hyps] for hyps in got.hypotheses] == \
+                   [[h.tokens for h in hyps] for hyps in want.hypotheses]
+            want, got = want.best(), got.best()
+        assert got.scores.dtype == torch.float64 and want.scores.dtype == torch.float32
+        assert torch.equal(got.tokens, want.tokens)
+        torch.testing.assert_close(got.scores, want.scores.double(), atol=1e-4, rtol=1e-4)
+    drawn = sample(double, src, mask, **args, generator=torch.Generator().manual_seed(0))
+    assert drawn.scores.dtype == torch.float64
+
+
+@pytest.mark.parametrize("name", [name for name in FAMILIES if name != "lm"])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_an_empty_source_decodes_as_a_source_of_padding_only(name, rows):
+    """Sources of length 0 (S = 0: the RNN's packing refused them) decode as rows of padding do, in every family."""
+    model = make(name)
+    padding = torch.full((rows, 3), PAD), torch.zeros(rows, 3, dtype=torch.bool)
+    empty = torch.full((rows, 0), PAD), torch.zeros(rows, 0, dtype=torch.bool)
+    for search in (greedy, partial(beam_search, beam_size=2)):
+        want, got = (search(model, *source, bos=BOS, eos=EOS, max_len=5) for source in (padding, empty))
+        if isinstance(got, BeamResult):
+            want, got = want.best(), got.best()
+        assert torch.equal(got.tokens, want.tokens) and torch.isfinite(got.scores).all()
+        torch.testing.assert_close(got.scores, want.scores)
 
 
 # -- attention ---------------------------------------------------------------------------------------

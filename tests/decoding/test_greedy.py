@@ -1,11 +1,14 @@
 """Greedy decoding against a fake protocol model whose next-token choice we script."""
 
 from dataclasses import dataclass
+from functools import partial
 
 import pytest
 import torch
 
+from seqmap.decoding.beam import beam_search
 from seqmap.decoding.greedy import greedy
+from seqmap.decoding.sampling import sample
 from seqmap.models.protocol import Memory
 
 V, BOS, EOS, PAD = 10, 1, 2, 0
@@ -94,6 +97,18 @@ def test_prompt_is_prefilled_in_one_call_and_not_returned():
 def test_needs_a_source_or_a_prompt():
     with pytest.raises(ValueError, match="source or a prompt"):
         greedy(ScriptedModel([[EOS]]), None, None, bos=BOS, eos=EOS, max_len=3)
+
+
+@pytest.mark.parametrize("max_len", [10.5, 10.0, True, torch.tensor([3.0, 4.5])],
+                         ids=["10.5", "10.0", "True", "floats"])
+def test_a_max_len_that_is_not_a_whole_number_of_tokens_is_refused(max_len):
+    """A float max_len used to be truncated silently (10.5 -> 10 tokens); every search refuses it by name."""
+    for search in (greedy, sample, partial(beam_search, beam_size=2)):
+        with pytest.raises(TypeError, match=r"max_len must be a whole number of tokens \(an int or an integer "
+                                            r"tensor\), got .*; round it"):
+            search(ScriptedModel([[EOS], [EOS]]), *_src(2), bos=BOS, eos=EOS, max_len=max_len)
+    out = greedy(ScriptedModel([[4] * 9, [EOS]]), *_src(2), bos=BOS, eos=EOS, max_len=torch.tensor([3, 4]))
+    assert out.lengths.tolist() == [3, 1]
 
 
 class FixedLogits:

@@ -198,6 +198,35 @@ def test_padded_encoder_states_are_zero_and_empty_source_is_finite():
     assert (attention[0] == 0).all()
 
 
+@pytest.mark.parametrize("mode", ["none", "cho", "bahdanau", "general", "bahdanau-reversed"])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_an_empty_source_encodes_as_the_initial_state_with_or_without_padding(cell, mode):
+    """A source of length 0 (a row of padding, or a batch of width S = 0, which packing refused) is the RNN's
+    zero initial state through the bridge, and the decoder runs on it as on any source."""
+    model = make(cell, mode)
+    src, src_mask, tgt = batch()
+    src_mask[0], src[0] = False, PAD
+    _, final = model.encoder(src, src_mask)
+    zero = torch.zeros(4, 1, 5)  # (layers x directions, B, H): what the RNN starts from
+    initial = model.encoder.bridge((zero, zero) if cell == "lstm" else zero)
+    if cell == "lstm":  # (h, c)
+        final, initial = torch.stack(final), torch.stack(initial)
+    torch.testing.assert_close(final[..., :1, :], initial)
+    for width in (0, 4):  # S = 0, and rows of padding only, alone or in a batch of one
+        for rows in (1, 3):
+            empty_src = torch.full((rows, width), PAD)
+            empty_mask = torch.zeros(rows, width, dtype=torch.bool)
+            for mask in (empty_mask, None) if width == 0 else (empty_mask,):
+                logits = model(empty_src, mask, tgt[:rows])
+                assert logits.shape == (rows, 5, TGT_V) and torch.isfinite(logits).all()
+                padding_row = model(src[:1].expand(rows, -1), src_mask[:1].expand(rows, -1), tgt[:rows])
+                torch.testing.assert_close(logits, padding_row, atol=1e-6, rtol=1e-5)
+                memory = model.encode(empty_src, mask)
+                assert memory.states.shape == (rows, width, 10)
+                _, _, attention = model.decode_step(tgt[:rows, :1], memory, need_attention=True)
+                assert attention is None or (attention.shape[-1] == width and (attention == 0).all())
+
+
 @pytest.mark.parametrize("tie", [True, False])
 def test_output_layer_tying(tie):
     model = make("gru", "bahdanau", tie_embeddings=tie)
