@@ -25,7 +25,8 @@ def add_parser(commands) -> None:
         epilog="examples:\n  seqmap train configs/tatoeba_en_zh.yaml --run-dir runs/en-zh --train.max_steps 2000\n"
                "  seqmap train --resume runs/en-zh\n"
                "  seqmap train configs/my_pairs.yaml --init runs/opus-en-zh --run-dir runs/my-en-zh\n"
-               "  torchrun --nproc_per_node 2 -m seqmap train CONFIG   (several processes / GPUs)")
+               "  torchrun --nproc_per_node 2 -m seqmap train CONFIG   (several processes / GPUs)\n"
+               "  torchrun --nproc_per_node 2 -m seqmap train --resume RUN_DIR   (resumed by as many processes)")
     train.add_argument("config", nargs="?", help="YAML run config")
     train.add_argument("--run-dir", help="where the run is written (default: runs/CONFIG_NAME)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
@@ -69,6 +70,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if run_dir.exists() and not run_dir.is_dir():
             raise UserError(f"the run directory {run_dir} is a file; choose another --run-dir")
     result = train(cfg, run_dir, resume=bool(args.resume), test=evaluate_test_split, init=init)
+    if not result["main"]:  # another process of a torchrun: the main one prints the result
+        return 0
     if result["interrupted"]:
         print(f"seqmap: interrupted at step {result['step']}; saved {result['checkpoint']}: continue with "
               f"`seqmap train --resume {run_dir}`", file=sys.stderr)
@@ -92,7 +95,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def check_resumable(cfg: RunConfig, run_dir: Path) -> None:
-    """A resumed run keeps its latest checkpoint's model, data options and optimiser (data files may move).
+    """A resumed run keeps its latest checkpoint's model, data options, optimiser and early-stopping metric (data
+    files may move; the checkpoint index ranks by that metric).
 
     Checked before training starts, so a refused change leaves RUN_DIR/config.yaml as it was.
     """
@@ -105,9 +109,9 @@ def check_resumable(cfg: RunConfig, run_dir: Path) -> None:
     saved = from_dict(RunConfig, read_config(latest))
     kept = [("model", f.name) for f in dataclasses.fields(ModelConfig)]
     kept += [("data", f.name) for f in dataclasses.fields(DataConfig) if f.name not in DATA_PATHS]
-    for section, name in [*kept, ("train", "optimizer")]:
+    for section, name in [*kept, ("train", "optimizer"), ("train", "early_stopping")]:
         before, now = getattr(getattr(saved, section), name), getattr(getattr(cfg, section), name)
         if before != now:
             raise UserError(f"--resume {run_dir}: {section}.{name} is {before!r} in {latest} but {now!r} now; a "
-                            f"resumed run keeps its model, data options and optimiser: undo the change, or train a "
-                            f"new run in another --run-dir")
+                            f"resumed run keeps its model, data options, optimiser and early-stopping metric: undo "
+                            f"the change, or train a new run in another --run-dir")

@@ -5,7 +5,8 @@ A checkpoint is a directory, e.g. ``RUN_DIR/checkpoints/step-000120/``::
     model.safetensors    the weights; tied tensors stored once, their other names in the metadata
     trainer.safetensors  the tensors of the trainer state (optimizer moments and steps, RNG states)
     trainer.json         everything else: trainer counters, the optimizer's param_groups, the
-                         python/numpy RNG states, with {"__tensor__": name} where a tensor goes
+                         python/numpy RNG states, with {"__tensor__": name} where a tensor goes;
+                         in a run of several processes the RNG states of each (``rank_rng``)
     config.yaml          the resolved config, so the checkpoint says what it is
     tokenizer/           optional: the tokenizer files, copied in
 
@@ -29,7 +30,7 @@ import random
 import shutil
 import uuid
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from seqmap.training.checkpoint_files import (
@@ -56,6 +57,7 @@ from seqmap.training.checkpoint_files import (
     fsync_tree,
     read_config,
     read_weights,
+    save_tensors,
     write_weights,
 )
 
@@ -71,6 +73,7 @@ __all__ = [
     "load_checkpoint",
     "load_weights",
     "read_config",
+    "rng_state",
     "save_checkpoint",
     "write_checkpoint",
 ]
@@ -96,17 +99,22 @@ def save_checkpoint(
     trainer_state: Mapping[str, Any],
     config: Mapping[str, Any],
     tokenizer_dir: str | os.PathLike | None = None,
+    rank_rng: Sequence[Mapping[str, Any]] = (),
 ) -> Path:
     """Write model weights, optimizer and RNG state, ``trainer_state`` and ``config`` to ``directory``.
 
     ``trainer_state`` must be plain JSON data (dict with str keys, list, str, int, float, bool,
-    None); ``config`` plain YAML data. An existing ``directory`` is replaced. Returns its path.
+    None); ``config`` plain YAML data. ``rank_rng``: in a run of several processes, the ``rng_state()``
+    of ranks 1, 2, ... (this process is rank 0), so each draws on after a resume as it would have.
+    An existing ``directory`` is replaced. Returns its path.
     """
     trainer = {"trainer_state": _checked_json(trainer_state, "trainer_state"), "optimizer": None, "rng": None}
     tensors: dict[str, Tensor] = {}
     if optimizer is not None:
         trainer["optimizer"] = _encode(optimizer.state_dict(), "optimizer", tensors)
-    trainer["rng"] = _encode(_get_rng_state(), "rng", tensors)
+    trainer["rng"] = _encode(rng_state(), "rng", tensors)
+    if rank_rng:
+        trainer["rank_rng"] = [_encode(state, f"rng_rank{rank}", tensors) for rank, state in enumerate(rank_rng, 1)]
     return write_checkpoint(Path(directory), model.state_dict(), trainer, tensors, config, tokenizer_dir)
 
 
@@ -122,7 +130,8 @@ def write_checkpoint(
 
     ``trainer`` is the ``trainer.json`` payload (``trainer_state``, ``optimizer``, ``rng``) with
     ``{"__tensor__": name}`` where a tensor of ``trainer_tensors`` goes. ``save_checkpoint`` builds
-    these from a model and optimizer; ``averaging.save_averaged`` from averaged weights.
+    these from a model and optimizer; ``averaging.save_averaged`` from averaged weights. A write that
+    fails (a full disk, no permission) raises its ``OSError``, naming a file, and leaves ``target`` as it was.
     """
     config_text = dump_config(config)
     if tokenizer_dir is not None and not Path(tokenizer_dir).is_dir():
@@ -146,10 +155,12 @@ def write_checkpoint(
             os.replace(target, old)
         os.replace(tmp, target)
         fsync_dir(target.parent)
-    except BaseException:
+    except BaseException as err:
         if old.exists() and not target.exists():
             os.replace(old, target)
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, OSError) and err.errno and err.filename is None:  # os.fsync names no file: name it
+            raise OSError(err.errno, err.strerror, str(target)) from err
         raise
     for stale in target.parent.glob(f".{target.name}.old-*"):
         shutil.rmtree(stale, ignore_errors=True)
@@ -157,7 +168,7 @@ def write_checkpoint(
 
 
 def _write_trainer(directory: Path, trainer: dict, tensors: dict[str, Tensor]) -> None:
-    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(directory / TRAINER_FILE))
+    save_tensors({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, directory / TRAINER_FILE)
     payload = {"format": "seqmap-checkpoint", "version": FORMAT_VERSION, "torch": torch.__version__, **trainer}
     (directory / TRAINER_JSON).write_text(json.dumps(payload, indent=1), encoding="utf-8")
 
@@ -220,7 +231,8 @@ def _decode(obj: Any, tensors: Mapping[str, Tensor]) -> Any:
     return {k: _decode(v, tensors) for k, v in obj.items()}
 
 
-def _get_rng_state() -> dict[str, Any]:
+def rng_state() -> dict[str, Any]:
+    """This process's RNG states (torch, CUDA where initialised, Python, NumPy), as a checkpoint stores them."""
     state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
     name, keys, pos, has_gauss, cached = np.random.get_state()
     state["numpy"] = (name, keys.tolist(), int(pos), int(has_gauss), float(cached))
@@ -250,8 +262,12 @@ def load_checkpoint(
     model: nn.Module | None = None,
     optimizer: torch.optim.Optimizer | None = None,
     restore_rng: bool = False,
+    rank: int = 0,
 ) -> LoadedCheckpoint:
     """Load weights into ``model`` (strictly), state into ``optimizer``, and the RNG states if asked.
+
+    ``rank``: this process's rank in a run of several processes; it restores the RNG states saved for that
+    rank (``save_checkpoint(rank_rng=...)``), or rank 0's where the checkpoint holds none for it.
 
     Raises ``CheckpointError`` naming the file when something is missing, damaged or does not fit.
     """
@@ -270,7 +286,9 @@ def load_checkpoint(
             if restore_rng:
                 if trainer["rng"] is None:
                     raise CheckpointError(f"{path} holds no RNG state; load it with restore_rng=False")
-                _set_rng_state(_decode(trainer["rng"], tensors))
+                per_rank = trainer.get("rank_rng") or []
+                saved = per_rank[rank - 1] if 0 < rank <= len(per_rank) else trainer["rng"]
+                _set_rng_state(_decode(saved, tensors))
         except (KeyError, TypeError, ValueError) as err:
             raise CheckpointError(
                 f"{path / TRAINER_JSON} does not match {TRAINER_FILE} ({err}); {damaged_advice(path)}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -51,9 +52,21 @@ def write_weights(path: Path, state_dict: Mapping[str, Tensor]) -> None:
         stored[name] = t.detach().cpu().contiguous()
     metadata = {"format": "pt", "seqmap.version": str(FORMAT_VERSION), _TIED_KEY: json.dumps(tied)}
     try:
-        save_file(stored, str(path), metadata=metadata)
+        save_tensors(stored, path, metadata)
     except (ValueError, SafetensorError) as err:
         raise CheckpointError(f"could not write {path.name}: {err}") from err
+
+
+def save_tensors(tensors: Mapping[str, Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
+    """safetensors' ``save_file``, with its I/O failures (a full disk, no permission) as the ``OSError`` they are,
+    naming ``path``, as Python's own file writes raise them (safetensors reports "... (os error 28)")."""
+    try:
+        save_file(dict(tensors), str(path), metadata=metadata)
+    except SafetensorError as err:
+        code = re.search(r"\(os error (\d+)\)", str(err))
+        if code is None:
+            raise
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from err
 
 
 def _storage_key(t: Tensor) -> tuple | None:

@@ -35,8 +35,7 @@ class Dist:
 
 def setup(device: torch.device) -> Dist:
     """Join the process group when launched by torchrun; a no-op for a single process."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size == 1:
+    if launched_world_size() == 1:
         return Dist()
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
@@ -65,6 +64,24 @@ def broadcast_flag(flag: bool, d: Dist, device: torch.device) -> bool:
     t = torch.tensor([1 if flag else 0], device=device)
     dist.broadcast(t, src=0)
     return bool(t.item())
+
+
+def gather_to_main(value: object, d: Dist) -> list | None:
+    """Every rank's ``value`` in rank order on rank 0 (None on the others); ``[value]`` for one process.
+
+    For small Python objects (each process's RNG states for a checkpoint); they travel pickled between
+    this run's own processes, never through a file.
+    """
+    if not d.enabled:
+        return [value]
+    values = [None] * d.world_size if d.is_main else None
+    dist.gather_object(value, values, dst=0)
+    return values
+
+
+def launched_world_size() -> int:
+    """How many processes torchrun started (``WORLD_SIZE``), before or without a process group; 1 otherwise."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def barrier(d: Dist) -> None:

@@ -17,6 +17,8 @@ written after validation, at a step boundary, with everything needed to continue
 from __future__ import annotations
 
 import dataclasses
+import errno
+import os
 import random
 import shutil
 from collections.abc import Callable
@@ -25,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seqmap.config import HIGHER_IS_BETTER, RunConfig, save_config, to_dict
+from seqmap.config import HIGHER_IS_BETTER, ConfigError, RunConfig, load_config, save_config, to_dict
 from seqmap.data.batching import Batch, collate_images, collate_labels, collate_pairs, collate_speech
 from seqmap.data.images import random_shift
 from seqmap.data.pipeline import (
@@ -49,7 +51,7 @@ from seqmap.data.tokenizers import PAD
 from seqmap.models.builder import build_model
 from seqmap.training import distributed
 from seqmap.training.carry import CarriedState
-from seqmap.training.checkpoint import load_checkpoint
+from seqmap.training.checkpoint import load_checkpoint, rng_state
 from seqmap.training.checkpoint_files import TOKENIZER_DIR, CheckpointError, damaged_advice
 from seqmap.training.checkpoint_manager import CheckpointManager
 from seqmap.training.runlog import RunLog
@@ -88,9 +90,11 @@ class RunTrainer:
         latest = CheckpointManager(self.run_dir, keep_last=cfg.train.keep_last).latest()
         if latest is not None and not resume:
             raise TrainingError(f"{self.run_dir} already holds checkpoints (latest {latest.name}); continue it with "
-                                f"`seqmap train --resume {self.run_dir}`, or choose another --run-dir")
+                                f"`{resume_command(self.run_dir, self.dist.world_size)}`, or choose another --run-dir")
         if resume and latest is None:
             raise TrainingError(f"--resume: no checkpoint in {self.run_dir / 'checkpoints'} to resume from")
+        if not resume:
+            _refuse_another_run(cfg, self.run_dir)
         self.log = RunLog(self.run_dir, enabled=self.dist.is_main, stream=stream)
         seed_everything(cfg.train.seed)
         init = None if resume else init  # a resumed run continues from its own checkpoint
@@ -134,11 +138,19 @@ class RunTrainer:
             mode="max" if t.early_stopping in HIGHER_IS_BETTER else "min")
         self.state = self.trainer.state  # one dict: the loop's counters and the data position, checkpointed
         self.state["data"] = {"epoch": 0, "batch": 0}
+        self.state["world_size"] = self.dist.world_size  # the data position and RNG states are per process
         if resume:
             try:
-                loaded = load_checkpoint(latest, model=self.model, optimizer=self.trainer.optimizer, restore_rng=True)
+                loaded = load_checkpoint(latest, model=self.model, optimizer=self.trainer.optimizer, restore_rng=True,
+                                         rank=self.dist.rank)
             except CheckpointError as err:
                 raise CheckpointError(str(err).removesuffix(damaged_advice(latest)) + _resume_advice(latest)) from None
+            saved_world = loaded.trainer_state.get("world_size", self.dist.world_size)  # not stored before
+            if saved_world != self.dist.world_size:
+                raise TrainingError(
+                    f"--resume {self.run_dir}: {latest.name} was trained by {_processes(saved_world)}, this is "
+                    f"{_processes(self.dist.world_size)}; each process's data position and random state are in the "
+                    f"checkpoint, so continue it as it ran: `{resume_command(self.run_dir, saved_world)}`")
             self.state.update(loaded.trainer_state)
             self.log.info(f"resumed from {latest} at step {self.state['step']}")
         if self.dist.is_main:  # after a resume's checkpoint has loaded: a refused one leaves config.yaml as it was
@@ -288,8 +300,8 @@ class RunTrainer:
             if latest is None or latest.name != f"step-{self.state['step']:06d}":
                 latest = self._save(None)
             result["checkpoint"] = latest
-        elif self.dist.is_main and self._unsaved is not None:  # train.save_every skipped the last validation
-            self._save(*self._unsaved)
+        elif distributed.broadcast_flag(self._unsaved is not None, self.dist, self.device):
+            self._save(*(self._unsaved or (None, None)))  # train.save_every skipped the last validation
         return result
 
     _unsaved: tuple[float | None, float | None] | None = None  # (early_stopping value, loss) of an unsaved validation
@@ -330,7 +342,7 @@ class RunTrainer:
         With ``train.save_every`` = k > 1 (or 0) a checkpoint is written at every k-th validation (or none)
         and whenever the validation improves; ``run()`` saves the last step if its validation was not saved.
         """
-        s, t, saved = self.state, self.cfg.train, None
+        s, t, save = self.state, self.cfg.train, None
         if self.dist.is_main:
             metrics = validate(self.model, self.data, self.cfg, self.device, self.log.info)
             self.log.metrics("valid", s["step"], **metrics, train_minutes=s["train_seconds"] / 60)
@@ -343,22 +355,33 @@ class RunTrainer:
             s["bad_validations"] = 0 if self._patience_reset(metrics, better) else s["bad_validations"] + 1
             s["validations"] = s.get("validations", 0) + 1
             if better or (t.save_every > 0 and s["validations"] % t.save_every == 0):
-                saved = self._save(value, metrics.get("loss"))
+                save = (value, metrics.get("loss"))
             else:
                 self._unsaved = (value, metrics.get("loss"))
         s["bad_validations"] = int(distributed.all_reduce_sum(
             [float(s["bad_validations"]) if self.dist.is_main else 0.0], self.dist, self.device)[0])
+        saved = (self._save(*(save or (None, None))) if distributed.broadcast_flag(save is not None, self.dist,
+                                                                                    self.device) else None)
         distributed.barrier(self.dist)
         return saved
 
-    def _save(self, value: float | None, loss: float | None = None) -> Path:
-        """A checkpoint of this step, ranked in the index by ``value`` (ties: by the lower ``loss``, see _improves)."""
+    def _save(self, value: float | None, loss: float | None = None) -> Path | None:
+        """A checkpoint of this step, ranked in the index by ``value`` (ties: by the lower ``loss``, see _improves).
+
+        Every process calls it, and each one's RNG states go into the checkpoint, so a resumed run of several
+        processes draws the dropout masks an uninterrupted one would; the main process writes it and returns its
+        path (the others None).
+        """
         self._unsaved = None
+        rngs = distributed.gather_to_main(rng_state(), self.dist)
+        if not self.dist.is_main:
+            return None
         tie = loss if self.cfg.train.early_stopping in TIE_BREAK_BY_LOSS else None
         tokenizer = self.run_dir / "tokenizer"
         return self.checkpoints.save(self.state["step"], metric_value=value, tie_break=tie, model=self.model,
                                      optimizer=self.trainer.optimizer, trainer_state=dict(self.state),
-                                     config=to_dict(self.cfg), tokenizer_dir=tokenizer if tokenizer.is_dir() else None)
+                                     config=to_dict(self.cfg), tokenizer_dir=tokenizer if tokenizer.is_dir() else None,
+                                     rank_rng=rngs[1:])
 
     def load_best(self) -> Path:
         """Load the best checkpoint's weights into the model (the latest when none is ranked); return its path."""
@@ -383,6 +406,66 @@ def _copy_tokenizer(checkpoint: Path, dest: Path) -> None:
     shutil.copytree(source, dest)
 
 
+def resume_command(run_dir: Path, world_size: int = 1) -> str:
+    """The command that continues the run in ``run_dir`` as it was launched: one process, or torchrun's."""
+    launcher = f"torchrun --nproc_per_node {world_size} -m seqmap" if world_size > 1 else "seqmap"
+    return f"{launcher} train --resume {run_dir}"
+
+
+def _processes(n: int) -> str:
+    return "one process" if n == 1 else f"{n} processes"
+
+
+def _refuse_another_run(cfg: RunConfig, run_dir: Path) -> None:
+    """A new run where another one started but saved no checkpoint (it was killed, or failed) would reuse that
+    run's tokenizer: refused when that run's data options differ, so the tokenizer may not fit them."""
+    saved_path = run_dir / "config.yaml"
+    if not (saved_path.is_file() and (run_dir / TOKENIZER_DIR).is_dir()):
+        return
+    try:
+        saved = load_config(saved_path).data
+    except (ConfigError, OSError, ValueError):
+        saved = None
+    if saved == cfg.data:
+        return  # the same data again (e.g. after a crash before the first checkpoint): its tokenizer fits
+    name = None if saved is None else next(
+        (f.name for f in dataclasses.fields(cfg.data) if getattr(saved, f.name) != getattr(cfg.data, f.name)), None)
+    what = ("does not load" if saved is None else "has other data options" if name is None else
+            f"has data.{name}={getattr(saved, name)!r} (this run: {getattr(cfg.data, name)!r})")
+    raise TrainingError(f"{run_dir} holds the start of another run (no checkpoint; its config.yaml {what}) whose "
+                        f"{TOKENIZER_DIR}/ this run would reuse: delete {run_dir}, or choose another --run-dir")
+
+
+# what to do about a file of the run that cannot be written, by errno (``where``: the file or its folder)
+_WRITE_FIXES = {errno.EACCES: "make {where} writable (chmod u+w {where})",
+                errno.EPERM: "make {where} writable (chmod u+w {where})",
+                errno.EROFS: "{where} is on a read-only file system: copy the run to a writable disk",
+                errno.ENOTDIR: "{where} is not a folder",
+                errno.ENOSPC: "free some space on the disk of {where}",
+                errno.EDQUOT: "free some space within your disk quota"}
+
+
+def _write_error(err: OSError, run_dir: Path) -> str | None:
+    """One line for a file in (or a folder above) ``run_dir`` that could not be written, with what to do and
+    what was kept; None when ``err`` is about another file (the data, say: not the run's to explain)."""
+    if err.filename is None:
+        return None
+    path, run = Path(os.fsdecode(err.filename)), run_dir.resolve()
+    if not (path.resolve().is_relative_to(run) or run.is_relative_to(path.resolve())):
+        return None
+    where = next(p for p in (path, *path.parents) if p.exists())  # where to act: the file, or its nearest folder
+    fix = _WRITE_FIXES.get(err.errno, "check {where}").format(where=where)
+    try:
+        latest = CheckpointManager(run_dir).latest()
+    except CheckpointError:
+        latest = None
+    message = f"cannot write {path} ({err.strerror or err}): {fix}"
+    if latest is None:
+        return message + ", or choose another --run-dir"
+    return (message + f"; the checkpoints saved are intact (the latest is {latest.name}): then continue with "
+            f"`{resume_command(run_dir, distributed.launched_world_size())}`")
+
+
 def _resume_advice(damaged: Path) -> str:
     """What to do when ``--resume`` finds its latest checkpoint ``damaged``: say which one it would continue from."""
     earlier = sorted(p for p in damaged.parent.glob("step-*") if p.is_dir() and p.name < damaged.name)
@@ -402,9 +485,24 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, stream=N
 
     ``test(run_trainer)``, when given, scores the best checkpoint on the test split once training
     stops (main process only, after every process has left the process group;
-    ``seqmap.evaluation.evaluate_test_split``); its result is ``result["test"]``.
+    ``seqmap.evaluation.evaluate_test_split``); its result is ``result["test"]``. ``result["main"]``
+    says whether this is the main process (the one that writes the run directory and tests).
+
+    A file of the run that cannot be written (no permission, a read-only or full disk) is a
+    ``TrainingError`` naming it, saying what to do and from which checkpoint the run can continue.
     """
-    trainer = RunTrainer(cfg, Path(run_dir), resume=resume, stream=stream, init=init)
+    try:
+        return _train(cfg, Path(run_dir), resume=resume, stream=stream, test=test, init=init)
+    except OSError as err:  # a file of the run cannot be written: read-only, full, not a directory
+        message = _write_error(err, Path(run_dir))
+        if message is None:
+            raise
+        raise TrainingError(message) from err
+
+
+def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, stream, test: Callable[[RunTrainer], dict | None] | None,
+           init: str | Path | None) -> dict:
+    trainer = RunTrainer(cfg, run_dir, resume=resume, stream=stream, init=init)
     try:
         result = trainer.run()
         # every process leaves the group together, then the main one tests alone (a test needs no group):
@@ -413,6 +511,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, stream=N
         distributed.teardown(trainer.dist)
         result["test"] = (test(trainer) if test is not None and trainer.dist.is_main and not result["interrupted"]
                           else None)
+        result["main"] = trainer.dist.is_main  # the other processes of a distributed run have nothing to report
         return result
     finally:
         trainer.close()

@@ -36,6 +36,7 @@ def run_dir(tmp_path) -> Path:
     ("--model.d_model=32", "model.d_model is 16 in {ckpt} but 32 now"),
     ("--data.tokenizer=word", "data.tokenizer is 'char' in {ckpt} but 'word' now"),
     ("--train.optimizer=sgd", "train.optimizer is 'adamw' in {ckpt} but 'sgd' now"),
+    ("--train.early_stopping=bleu", "train.early_stopping is 'loss' in {ckpt} but 'bleu' now"),  # after training
 ])
 def test_resume_refuses_a_changed_model_data_or_optimiser_and_keeps_the_config(run_dir, override, message, capsys):
     before = (run_dir / "config.yaml").read_text()

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import random
 
 import numpy as np
 import pytest
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from seqmap.training import checkpoint as ckpt
+from seqmap.training import checkpoint_files as ckpt_files
 from seqmap.training.averaging import average_checkpoints, save_averaged
 from seqmap.training.checkpoint import CheckpointError, load_checkpoint, load_weights, read_config, save_checkpoint
 from seqmap.training.checkpoint_manager import CheckpointManager
@@ -98,6 +100,24 @@ def test_rng_states_restored(tmp_path):
     assert np.array_equal(np.random.rand(3), expected[2])
 
 
+
+def test_each_rank_restores_its_own_rng_states(tmp_path):
+    """A run of several processes: every rank draws its own dropout masks, so every rank's states are kept."""
+    model, states, draws = Tiny(), [], []
+    for seed in (5, 6, 7):  # ranks 0, 1, 2
+        torch.manual_seed(seed), random.seed(seed), np.random.seed(seed)
+        states.append(ckpt.rng_state())
+        draws.append((torch.rand(4), random.random(), np.random.rand(3)))
+    for name, rank_rng in (("ranks", states[1:]), ("one", ())):  # "one": a single process's checkpoint
+        torch.manual_seed(5), random.seed(5), np.random.seed(5)  # rank 0 saves its own states
+        _save(tmp_path / name, model, rank_rng=rank_rng)
+    for name, rank, drawn in (("ranks", 2, 2), ("ranks", 0, 0), ("ranks", 1, 1), ("one", 1, 0)):
+        torch.manual_seed(99), random.seed(99), np.random.seed(99)
+        load_checkpoint(tmp_path / name, restore_rng=True, rank=rank)
+        assert torch.equal(torch.rand(4), draws[drawn][0]), (name, rank)
+        assert random.random() == draws[drawn][1] and np.array_equal(np.random.rand(3), draws[drawn][2]), (name, rank)
+
+
 def test_no_pickle_anywhere(tmp_path, monkeypatch):
     model, optimizer = _trained()
     tok = tmp_path / "tok"
@@ -171,6 +191,27 @@ def test_failed_rename_puts_the_previous_version_back(tmp_path, monkeypatch):
     monkeypatch.setattr(ckpt.os, "replace", replace)
     with pytest.raises(OSError, match="disk gone"):
         _save(target, Tiny(seed=2))
+    monkeypatch.undo()
+    assert torch.equal(load_weights(target)["hidden.weight"], Tiny(seed=1).hidden.weight)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
+
+
+def test_a_full_disk_is_an_os_error_naming_the_file_and_the_old_version_stays(tmp_path, monkeypatch):
+    """safetensors reports a full disk as its own SafetensorError ("... (os error 28)"): it was a traceback
+    from trainer.safetensors, with no errno for a caller to act on."""
+    target = tmp_path / "c"
+    _save(target, Tiny(seed=1))
+    real = ckpt_files.save_file
+
+    def full(tensors, filename, metadata=None):
+        if filename.endswith("trainer.safetensors"):
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        real(tensors, filename, metadata=metadata)
+
+    monkeypatch.setattr(ckpt_files, "save_file", full)
+    with pytest.raises(OSError) as err:
+        _save(target, Tiny(seed=2))
+    assert err.value.errno == errno.ENOSPC and err.value.filename.endswith("/trainer.safetensors")
     monkeypatch.undo()
     assert torch.equal(load_weights(target)["hidden.weight"], Tiny(seed=1).hidden.weight)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]

@@ -1,10 +1,13 @@
 """The training loop end to end on a tiny corpus: run directory, exact resume after SIGKILL,
 two processes equal one, NaN steps skipped, and the commands that use a trained run."""
 
+import errno
 import io
 import json
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,11 +16,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from safetensors import SafetensorError
 
 from seqmap.cli import main
 from seqmap.config import RunConfig, from_dict
 from seqmap.data.tokenizers import load_tokenizer
 from seqmap.evaluation import evaluate_test_split
+from seqmap.training import checkpoint_files
 from seqmap.training import trainer as trainer_module
 from seqmap.training.checkpoint import CheckpointError
 from seqmap.training.run_trainer import train
@@ -118,6 +123,60 @@ def test_a_run_is_not_overwritten_and_resume_needs_a_checkpoint(corpus, tmp_path
         train(cfg, tmp_path / "empty", resume=True, stream=open(os.devnull, "w"))
 
 
+def test_a_new_run_refuses_the_tokenizer_of_another_run_that_saved_no_checkpoint(corpus, tmp_path):
+    """A run killed before its first checkpoint leaves its tokenizer; a new run there reused it silently, whatever
+    its own data options (config.yaml then said data.tokenizer: char over a word tokenizer)."""
+    cfg = config(corpus, max_steps=2, valid_every=2, valid_bleu=False)
+    run = tmp_path / "run"
+    train(from_dict(RunConfig, cfg), run, stream=open(os.devnull, "w"))
+    shutil.rmtree(run / "checkpoints")  # as if killed before its first checkpoint
+    other = dict(cfg, data=dict(cfg["data"], tokenizer="char"))
+    with pytest.raises(TrainingError) as err:
+        train(from_dict(RunConfig, other), run, stream=open(os.devnull, "w"))
+    assert str(err.value) == (f"{run} holds the start of another run (no checkpoint; its config.yaml has "
+                              f"data.tokenizer='word' (this run: 'char')) whose tokenizer/ this run would reuse: "
+                              f"delete {run}, or choose another --run-dir")
+    assert not (run / "checkpoints").exists()
+    assert train(from_dict(RunConfig, cfg), run, stream=open(os.devnull, "w"))["step"] == 2  # the same data: fine
+
+
+@pytest.mark.parametrize("code, fix", [(errno.EACCES, "make {ckpts} writable (chmod u+w {ckpts})"),
+                                       (errno.ENOSPC, "free some space on the disk of {ckpts}")])
+def test_a_checkpoint_that_cannot_be_written_stops_in_one_line_and_keeps_the_last_one(corpus, tmp_path, monkeypatch,
+                                                                                      code, fix):
+    """A full disk or a read-only checkpoints folder mid-run was a traceback (safetensors' own error); the
+    half-written checkpoint must not count."""
+    real = checkpoint_files.save_file
+
+    def fails_at_step_4(tensors, filename, metadata=None):
+        if ".step-000004.tmp-" in filename:  # safetensors says so in its own words
+            raise SafetensorError(f"Error while serializing: I/O error: {os.strerror(code)} (os error {code})")
+        real(tensors, filename, metadata=metadata)
+
+    monkeypatch.setattr(checkpoint_files, "save_file", fails_at_step_4)
+    run, ckpts = tmp_path / "run", tmp_path / "run" / "checkpoints"
+    cfg = from_dict(RunConfig, config(corpus, max_steps=4, valid_every=2, valid_bleu=False))
+    with pytest.raises(TrainingError) as err:
+        train(cfg, run, stream=open(os.devnull, "w"))
+    message = str(err.value)
+    assert re.fullmatch(
+        re.escape(f"cannot write {ckpts}/.step-000004.tmp-") + "[0-9a-f]{8}" + re.escape(
+            f"/model.safetensors ({os.strerror(code)}): {fix.format(ckpts=ckpts)}; the checkpoints saved are intact "
+            f"(the latest is step-000002): then continue with `seqmap train --resume {run}`"), message), message
+    assert sorted(p.name for p in ckpts.iterdir()) == ["index.json", "step-000002"]  # no half-written step 4
+    monkeypatch.setattr(checkpoint_files, "save_file", real)
+    assert train(cfg, run, resume=True, stream=open(os.devnull, "w"))["step"] == 4
+    assert f"resumed from {ckpts / 'step-000002'} at step 2" in (run / "train.log").read_text()
+
+
+def test_a_run_dir_that_cannot_be_made_is_one_line(corpus, tmp_path, capsys):
+    (tmp_path / "file").write_text("not a folder\n")
+    run = tmp_path / "file" / "run"
+    assert main(["train", str(write_config(tmp_path, config(corpus))), "--run-dir", str(run), "--threads", "1"]) == 2
+    assert capsys.readouterr().err == (f"seqmap: error: cannot write {run} (Not a directory): {tmp_path / 'file'} "
+                                       f"is not a folder, or choose another --run-dir\n")
+
+
 def test_resume_from_a_damaged_latest_checkpoint_names_the_one_to_continue_from(corpus, tmp_path):
     cfg = from_dict(RunConfig, config(corpus, max_steps=4, valid_every=2))
     train(cfg, tmp_path / "run", stream=open(os.devnull, "w"))
@@ -183,6 +242,39 @@ def test_two_processes_take_the_step_of_one_process_with_the_same_global_batch(c
     assert sorted(got) == list(range(1, 7))
     for step in expected:
         assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6), step
+
+
+def _torchrun(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "-m", "seqmap", *args, "--threads", "1"], capture_output=True, text=True, timeout=300,
+                          env=env)
+
+
+def test_two_processes_resume_with_the_losses_of_an_uninterrupted_run_and_one_process_is_refused(corpus, tmp_path,
+                                                                                                  capsys):
+    """Each process draws its own dropout masks, but checkpoints held rank 0's RNG states only: after a torchrun
+    resume rank 1 drew other masks. One process resuming a 2-process run read on from another data position."""
+    cfg_path = write_config(tmp_path, config(corpus, max_steps=8, valid_every=4, valid_bleu=False))
+    straight = tmp_path / "straight"
+    done = _torchrun("train", str(cfg_path), "--run-dir", str(straight))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("result ") == 1  # the main process reports; the other one printed a second line
+    split = tmp_path / "split"  # the run as a kill after step 4's checkpoint leaves it
+    shutil.copytree(straight, split)
+    shutil.rmtree(split / "checkpoints" / "step-000008")
+    rows = (split / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (split / "metrics.jsonl").write_text("".join(r for r in rows if json.loads(r)["step"] <= 4))
+    assert main(["train", "--resume", str(split), "--threads", "1"]) == 2
+    assert capsys.readouterr().err == (
+        f"seqmap: error: --resume {split}: step-000004 was trained by 2 processes, this is one process; each "
+        f"process's data position and random state are in the checkpoint, so continue it as it ran: "
+        f"`torchrun --nproc_per_node 2 -m seqmap train --resume {split}`\n")
+    resumed = _torchrun("train", "--resume", str(split))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected, got = train_losses(straight), train_losses(split)
+    assert sorted(got) == sorted(expected) == list(range(1, 9))
+    assert got == expected  # bit-for-bit, as for one process
 
 
 def test_nan_steps_are_skipped_and_persistent_nan_stops_with_a_clear_message(corpus, tmp_path, monkeypatch):
