@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import numbers
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -35,6 +38,19 @@ def _choice(section: str, name: str, value: Any, allowed: tuple) -> None:
 def _positive(section: str, name: str, value: int) -> None:
     if value <= 0:
         raise ConfigError(f"{section}.{name} must be > 0, got {value!r}")
+
+
+def _check_types(section_config, section: str) -> None:
+    """Check (and gently convert, as ``from_dict`` does for YAML and ``--overrides``) every field of a section,
+    so a section built in Python (``DecodeConfig(max_new_tokens=10.5)``) is checked like one read from a file.
+
+    Each section's ``__post_init__`` calls it first; values of the right type are kept as they are.
+    """
+    for name, tp in _field_types(type(section_config)).items():
+        value = getattr(section_config, name)
+        checked = _coerce(value, tp, f"{section}.{name}" if section else name)
+        if checked is not value:
+            setattr(section_config, name, checked)
 
 
 @dataclass
@@ -114,6 +130,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         s = "model"
+        _check_types(self, s)
         _choice(s, "family", self.family, ("transformer", "lm", "rnn", "rnn_lm", "classifier", "vit", "gat",
                                            "speech"))
         _choice(s, "graph_attention", self.graph_attention, ("sparse", "dense"))
@@ -122,7 +139,8 @@ class ModelConfig:
         _choice(s, "pooler", self.pooler, ("none", "tanh"))
         if (self.embedding_norm or self.pooler != "none") and self.family not in ("classifier", "vit"):
             raise ConfigError(f"model.embedding_norm and model.pooler are for model.family classifier or vit, not "
-                              f"{self.family}; remove them")
+                              f"{self.family} (got model.embedding_norm={self.embedding_norm}, model.pooler="
+                              f"{self.pooler!r}); remove them")
         if not 0.0 < self.norm_eps < 1.0:
             raise ConfigError(f"model.norm_eps must be in (0, 1), got {self.norm_eps}")
         _choice(s, "norm_position", self.norm_position, ("pre", "post"))
@@ -151,7 +169,8 @@ class ModelConfig:
         if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads):
             raise ConfigError(f"model.n_kv_heads={self.n_kv_heads} must divide model.n_heads={self.n_heads}")
         if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
-            raise ConfigError("model.positional=rope needs an even head width d_model / n_heads")
+            raise ConfigError(f"model.positional=rope needs an even head width d_model / n_heads, got "
+                              f"{self.d_model} / {self.n_heads} = {self.d_model // self.n_heads}")
         if self.family not in ("lm", "rnn_lm"):
             _positive(s, "enc_layers", self.enc_layers)
         if self.copy and self.family != "transformer":
@@ -160,10 +179,12 @@ class ModelConfig:
         if self.reverse_source and self.family != "rnn":
             raise ConfigError(f"model.reverse_source=true is for model.family=rnn (got {self.family!r}); "
                               "remove it, or use the RNN encoder-decoder")
-        if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.attention_dropout < 1.0:
-            raise ConfigError("model.dropout and model.attention_dropout must be in [0, 1)")
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         if self.ff_dropout is not None and not 0.0 <= self.ff_dropout < 1.0:
-            raise ConfigError("model.ff_dropout must be in [0, 1) (or null: the same as model.dropout)")
+            raise ConfigError(f"model.ff_dropout must be in [0, 1) (or null: the same as model.dropout), got "
+                              f"{self.ff_dropout}")
         if self.share_vocab and self.src_vocab and self.tgt_vocab and self.src_vocab != self.tgt_vocab:
             raise ConfigError(
                 f"model.share_vocab=true needs src_vocab == tgt_vocab (got {self.src_vocab} and {self.tgt_vocab}); "
@@ -235,6 +256,7 @@ class DataConfig:
     exclude_speakers: list[str] = field(default_factory=list)  # speech: speakers left out of train and valid
 
     def __post_init__(self) -> None:
+        _check_types(self, "data")
         _choice("data", "task", self.task, ("translation", "lm", "speech", *CLASSIFICATION_TASKS))
         if self.join and (len(self.join) != 2 or not 1 <= self.join[0] <= self.join[1]):
             raise ConfigError(f"data.join must be [lo, hi] with 1 <= lo <= hi (recordings per utterance) or [], "
@@ -247,8 +269,10 @@ class DataConfig:
         _choice("data", "image_mode", self.image_mode, ("auto", "L", "RGB"))
         if self.image_size and (len(self.image_size) != 2 or min(self.image_size) <= 0):
             raise ConfigError(f"data.image_size must be [height, width] (both > 0) or [], got {self.image_size}")
-        if self.valid_size < 0 or self.augment_shift < 0:
-            raise ConfigError("data.valid_size and data.augment_shift must be >= 0")
+        if self.valid_size < 0:
+            raise ConfigError(f"data.valid_size must be >= 0 (0: data.valid is needed), got {self.valid_size}")
+        if self.augment_shift < 0:
+            raise ConfigError(f"data.augment_shift must be >= 0 (0: no shift), got {self.augment_shift}")
         _choice("data", "tokenizer", self.tokenizer, ("char", "word", "bpe", "unigram"))
         if self.opencc is not None:
             _choice("data", "opencc", self.opencc, OPENCC_CONVERSIONS)
@@ -266,9 +290,13 @@ class DataConfig:
         for split in ("train", "valid", "test"):
             one, pair = getattr(self, split), (getattr(self, f"{split}_src"), getattr(self, f"{split}_tgt"))
             if one is not None and any(pair):
-                raise ConfigError(f"give either data.{split} or data.{split}_src/{split}_tgt, not both")
+                side, path = next((s, p) for s, p in zip(("src", "tgt"), pair, strict=True) if p)
+                raise ConfigError(f"give either data.{split} or data.{split}_src/{split}_tgt, not both (got "
+                                  f"data.{split}={one!r} and data.{split}_{side}={path!r})")
             if sum(p is not None for p in pair) == 1:
-                raise ConfigError(f"data.{split}_src and data.{split}_tgt must be given together")
+                side, path = next((s, p) for s, p in zip(("src", "tgt"), pair, strict=True) if p is not None)
+                raise ConfigError(f"data.{split}_src and data.{split}_tgt must be given together (got "
+                                  f"data.{split}_{side}={path!r} alone)")
         if self.valid_size:
             self._check_valid_size()
 
@@ -283,6 +311,11 @@ class DataConfig:
                               f"data.valid_size={n} (it holds out examples of your own data.train)")
         if self.task == "graph":
             raise ConfigError(f"data.task=graph validates on the graph's val_idx nodes; remove data.valid_size={n}")
+
+
+# the data options that are file paths: a resumed run may point them elsewhere (the files moved), so checkpoints
+# of one run may differ in them; every other data option stays as the run was trained (resume and average check)
+DATA_PATHS = ("train", "valid", "test", "train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt")
 
 
 @dataclass
@@ -328,6 +361,7 @@ class TrainConfig:
     max_bad_steps: int = 20  # consecutive NaN/inf-loss steps before training stops
 
     def __post_init__(self) -> None:
+        _check_types(self, "train")
         if self.device != "auto":
             import torch
 
@@ -341,7 +375,8 @@ class TrainConfig:
         _choice("train", "schedule", self.schedule, ("inverse_sqrt", "cosine", "constant", "step"))
         if self.schedule == "step" and self.decay_every < 1:
             raise ConfigError("train.schedule=step needs train.decay_every >= 1 (steps between decays, e.g. one "
-                              "epoch's steps) and train.decay_start (steps before the first decay)")
+                              "epoch's steps) and train.decay_start (steps before the first decay), got "
+                              f"train.decay_every={self.decay_every}")
         if self.decay_start < 0:
             raise ConfigError(f"train.decay_start must be >= 0, got {self.decay_start}")
         if not 0.0 < self.decay_factor <= 1.0:
@@ -356,7 +391,8 @@ class TrainConfig:
         for name in ("max_tokens", "batch_size", "accum_steps", "log_every", "valid_every", "max_bad_steps"):
             _positive("train", name, getattr(self, name))
         if self.max_steps <= 0 and self.max_epochs <= 0 and self.max_time <= 0:
-            raise ConfigError("training never ends: set train.max_steps, train.max_epochs or train.max_time")
+            raise ConfigError(f"training never ends: set train.max_steps, train.max_epochs or train.max_time (got "
+                              f"{self.max_steps}, {self.max_epochs} and {self.max_time})")
         if self.lr <= 0:
             raise ConfigError(f"train.lr must be > 0, got {self.lr}")
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -364,7 +400,8 @@ class TrainConfig:
         if len(self.betas) != 2:
             raise ConfigError(f"train.betas must be two numbers, got {self.betas}")
         if self.keep_last < 1:
-            raise ConfigError("train.keep_last must be >= 1 (the latest checkpoint is needed to resume)")
+            raise ConfigError(f"train.keep_last must be >= 1 (the latest checkpoint is needed to resume), got "
+                              f"{self.keep_last}")
 
 
 HIGHER_IS_BETTER = ("bleu", "chrf", "rougeL", "accuracy", "macro_f1", "string_accuracy")  # validation metrics
@@ -407,6 +444,7 @@ class DecodeConfig:
     #                             --no-repeat-ngram-size); 0 = off
 
     def __post_init__(self) -> None:
+        _check_types(self, "decode")
         for name in ("beam_size", "max_tokens", "max_new_tokens"):
             _positive("decode", name, getattr(self, name))
         if not MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE:
@@ -441,6 +479,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         """Checks across sections: each one-line error names both options."""
+        _check_types(self, "")
         m, d = self.model, self.data
         lm_family = m.family in ("lm", "rnn_lm")
         if lm_family and d.task != "lm":
@@ -469,11 +508,12 @@ class RunConfig:
                                   f"data.task={d.task}; speech validates loss, ppl, wer and string_accuracy")
         if m.copy and not d.joint_vocab:
             raise ConfigError("model.copy=true copies source token ids into the target, so both sides need one "
-                              "vocabulary; set data.joint_vocab=true (or model.copy=false)")
+                              "vocabulary; set data.joint_vocab=true (got false), or model.copy=false")
         if d.task == "graph":
             if d.train is None or d.valid is not None or d.test is not None:
                 raise ConfigError("data.task=graph reads one .npz holding the graph and its train/val/test node "
-                                  "ids: set data.train (and not data.valid / data.test)")
+                                  f"ids: set data.train (and not data.valid / data.test), got data.train={d.train!r}, "
+                                  f"data.valid={d.valid!r}, data.test={d.test!r}")
             if self.train.accum_steps != 1:
                 raise ConfigError(f"data.task=graph takes one full-graph step per epoch; train.accum_steps must "
                                   f"be 1, got {self.train.accum_steps}")
@@ -537,8 +577,9 @@ def load_config_from_init(path, overrides: list[str] | None, init_model: ModelCo
     for key in sorted(set(model) - set(INIT_MODEL_OPTIONS)):
         if key in base and getattr(from_dict(ModelConfig, {**base, key: model[key]}, "model"), key) == base[key]:
             continue  # the same value as the initial model (e.g. the config it was trained with)
+        values = f"it gives {model[key]!r}, the initial model has {base[key]!r}; " if key in base else ""
         raise ConfigError(f"with --init the model is the initial run's; remove model.{key} from the config "
-                          f"(it may change only {', '.join(f'model.{k}' for k in INIT_MODEL_OPTIONS)})")
+                          f"({values}it may change only {', '.join(f'model.{k}' for k in INIT_MODEL_OPTIONS)})")
     raw["model"] = {**base, **model}
     return from_dict(RunConfig, raw)
 
@@ -549,6 +590,7 @@ def save_config(cfg, path) -> None:
 
 # -- generic (de)serialisation --------------------------------------------------
 
+@functools.cache
 def _field_types(cls) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
@@ -605,8 +647,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is int:
         if isinstance(value, bool):
             raise ConfigError(f"{where} must be an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
+        if isinstance(value, numbers.Integral):  # int, or NumPy's integers in a config built in Python
+            return int(value)
         if isinstance(value, str):
             try:
                 return int(value)
@@ -616,7 +658,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return int(value)
         raise ConfigError(f"{where} must be an integer, got {value!r}")
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return float(value)
         if isinstance(value, str):
             try:
@@ -627,7 +669,13 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is str:
         if isinstance(value, str):
             return value
+        if isinstance(value, os.PathLike):  # a pathlib.Path in a config built in Python: kept as the str YAML holds
+            return os.fspath(value)
         raise ConfigError(f"{where} must be a string, got {value!r}")
+    if _is_dataclass_type(tp):  # a section of a RunConfig built in Python (from_dict builds it from a mapping)
+        if isinstance(value, tp):
+            return value
+        raise ConfigError(f"{where} must be a {tp.__name__}, got {type(value).__name__}")
     if origin in (list, tuple):
         if isinstance(value, str):
             value = [v for v in value.split(",") if v]

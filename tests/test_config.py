@@ -1,5 +1,7 @@
 """Typed configs: defaults, type checks, unknown keys with the nearest name, overrides, YAML round trip."""
 
+from pathlib import Path
+
 import pytest
 
 from seqmap.config import (
@@ -140,3 +142,97 @@ def test_an_override_is_a_section_and_a_key(key):
     with pytest.raises(ConfigError) as info:
         apply_overrides({}, [key, "1"])
     assert str(info.value) == f"override {key}: options are SECTION.KEY (e.g. --train.lr), two names and one dot"
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"train": {"keep_last": 0}}, "train.keep_last must be >= 1 (the latest checkpoint is needed to resume), got 0"),
+    ({"model": {"dropout": 1.5}}, "model.dropout must be in [0, 1), got 1.5"),
+    ({"model": {"attention_dropout": -0.1}}, "model.attention_dropout must be in [0, 1), got -0.1"),
+    ({"model": {"ff_dropout": 1.0}},
+     "model.ff_dropout must be in [0, 1) (or null: the same as model.dropout), got 1.0"),
+    ({"model": {"positional": "rope", "d_model": 30, "n_heads": 2}},
+     "model.positional=rope needs an even head width d_model / n_heads, got 30 / 2 = 15"),
+    ({"model": {"pooler": "tanh"}}, "model.embedding_norm and model.pooler are for model.family classifier or vit, "
+                                    "not transformer (got model.embedding_norm=False, model.pooler='tanh'); "
+                                    "remove them"),
+    ({"data": {"valid_size": -1}}, "data.valid_size must be >= 0 (0: data.valid is needed), got -1"),
+    ({"data": {"augment_shift": -2}}, "data.augment_shift must be >= 0 (0: no shift), got -2"),
+    ({"data": {"train": "a.tsv", "train_src": "a.de", "train_tgt": "a.en"}},
+     "give either data.train or data.train_src/train_tgt, not both (got data.train='a.tsv' and "
+     "data.train_src='a.de')"),
+    ({"data": {"valid_tgt": "a.en"}},
+     "data.valid_src and data.valid_tgt must be given together (got data.valid_tgt='a.en' alone)"),
+    ({"train": {"schedule": "step"}}, "train.schedule=step needs train.decay_every >= 1 (steps between decays, e.g. "
+                                      "one epoch's steps) and train.decay_start (steps before the first decay), got "
+                                      "train.decay_every=0"),
+    ({"train": {"max_steps": 0, "max_time": -1}}, "training never ends: set train.max_steps, train.max_epochs or "
+                                                  "train.max_time (got 0, 0 and -1.0)"),
+    ({"model": {"copy": True}, "data": {"joint_vocab": False}},
+     "model.copy=true copies source token ids into the target, so both sides need one vocabulary; set "
+     "data.joint_vocab=true (got false), or model.copy=false"),
+    ({"model": {"family": "gat"}, "data": {"task": "graph", "train": "g.npz", "test": "t.npz"}},
+     "data.task=graph reads one .npz holding the graph and its train/val/test node ids: set data.train (and not "
+     "data.valid / data.test), got data.train='g.npz', data.valid=None, data.test='t.npz'"),
+], ids=["keep_last", "dropout", "attention_dropout", "ff_dropout", "rope", "pooler", "valid_size", "augment_shift",
+        "train-and-train_src", "valid_tgt-alone", "decay_every", "never-ends", "copy", "graph-splits"])
+def test_every_bad_value_is_repeated_in_its_message(data, message):
+    """These named the option and what is allowed, but not the value given (train.keep_last: 0 said `must be >= 1`)."""
+    with pytest.raises(ConfigError) as info:
+        from_dict(RunConfig, data)
+    assert str(info.value) == message
+
+
+def test_init_names_the_model_option_and_both_values(tmp_path):
+    from seqmap.config import load_config_from_init
+
+    path = tmp_path / "fine.yaml"
+    path.write_text("model:\n  d_model: 64\n")
+    with pytest.raises(ConfigError) as info:
+        load_config_from_init(path, [], ModelConfig(d_model=32, n_heads=4))
+    assert str(info.value) == ("with --init the model is the initial run's; remove model.d_model from the config "
+                               "(it gives 64, the initial model has 32; it may change only model.dropout, "
+                               "model.attention_dropout, model.ff_dropout)")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: DecodeConfig(max_new_tokens=10.5), "decode.max_new_tokens must be an integer, got 10.5"),
+    (lambda: TrainConfig(lr="fast"), "train.lr must be a number, got 'fast'"),
+    (lambda: ModelConfig(bidirectional="maybe"), "model.bidirectional must be true or false, got 'maybe'"),
+    (lambda: ModelConfig(d_model=True), "model.d_model must be an integer, got True"),
+    (lambda: DataConfig(train=7), "data.train must be a string, got 7"),
+    (lambda: DataConfig(image_size=[32, "wide"]), "data.image_size must be an integer, got 'wide'"),
+    (lambda: RunConfig(model={"d_model": 64}), "model must be a ModelConfig, got dict"),
+], ids=["decode-int", "train-float", "model-bool", "bool-for-int", "data-str", "data-list", "run-section"])
+def test_sections_built_in_python_get_the_type_checks_of_yaml(make, message):
+    """Only from_dict (YAML, --overrides) checked types: DecodeConfig(max_new_tokens=10.5) passed, TrainConfig(lr=
+    "3e-4") failed with a TypeError, ModelConfig(bidirectional="maybe") was a true value."""
+    with pytest.raises(ConfigError) as info:
+        make()
+    assert str(info.value) == message
+
+
+def test_sections_built_in_python_get_the_conversions_of_yaml():
+    """The gentle conversions YAML values get (a number in a string, a whole float for an integer, a bool spelt as
+    a string, a comma list) apply alike; values of the right type are kept as they are."""
+    assert TrainConfig(lr="3e-4", max_steps=10.0, betas="0.9,0.99") == from_dict(
+        TrainConfig, {"lr": "3e-4", "max_steps": 10.0, "betas": "0.9,0.99"})
+    train = TrainConfig(lr="3e-4", max_steps=10.0, betas="0.9,0.99")
+    assert (train.lr, train.max_steps, train.betas) == (3e-4, 10, [0.9, 0.99])
+    assert type(train.max_steps) is int and ModelConfig(bidirectional="false").bidirectional is False
+    assert ModelConfig(dropout=0).dropout == 0.0 and type(ModelConfig(dropout=0).dropout) is float
+    assert DecodeConfig(hf_early_stopping="never").hf_early_stopping == "never"
+    assert ModelConfig(n_kv_heads=None).n_kv_heads is None and DataConfig(opencc=None).opencc is None
+
+
+def test_sections_built_in_python_take_paths_and_numpy_numbers():
+    """A library caller's pathlib.Path and NumPy scalars are what YAML would hold (a str, an int, a float), not
+    errors: the type checks of sections built in Python refused them at first."""
+    import numpy as np
+
+    data = DataConfig(train=Path("corpus") / "train.tsv", max_len=np.int64(64))
+    assert data.train == str(Path("corpus") / "train.tsv") and type(data.train) is str
+    assert data.max_len == 64 and type(data.max_len) is int
+    lr = TrainConfig(lr=np.float32(0.5)).lr
+    assert lr == 0.5 and type(lr) is float
+    with pytest.raises(ConfigError, match=r"decode.beam_size must be an integer, got .*2\.5"):
+        DecodeConfig(beam_size=np.float64(2.5))

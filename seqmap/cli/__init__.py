@@ -14,7 +14,8 @@
 
 Overrides are dotted config keys (``--train.lr 3e-4 --model.d_model 64``).
 User errors (a missing file, bad YAML, a wrong option, a broken checkpoint) print
-one line to stderr and exit with status 2.
+one line to stderr and exit with status 2; under torchrun the processes other than
+rank 0 begin theirs with ``[rank N]`` (``_report``).
 
 Each verb is one module here (``train.py``, ``translate.py``, ``evaluate.py``, ``generate.py``,
 ``classify.py``, ``average.py``, ``data.py``, ``plot.py``, ``toy.py``; ``serve`` lives in ``seqmap.serve``) with its
@@ -85,6 +86,17 @@ def _user_errors() -> tuple[type[Exception], ...]:
     return DataError, DatasetError, TokenizerError, RunError, CheckpointError, TrainingError, NoAttentionError
 
 
+def _report(line: str) -> None:
+    """``seqmap: LINE`` on stderr. Under torchrun every process meets an error in the config or the command line:
+    rank 0's line is the report and the others begin theirs with ``[rank N]``, so one error does not read as
+    several. None is left out: an error may be one process's alone, and torchrun stops the other processes when
+    one fails, so none can wait to see whether rank 0 reported the same. The rank is torchrun's ``RANK`` when
+    ``WORLD_SIZE`` > 1 (as ``seqmap.training.distributed`` reads it before a process group exists)."""
+    world, rank = os.environ.get("WORLD_SIZE", "1"), os.environ.get("RANK", "0")
+    prefix = f"[rank {rank}] " if world not in ("", "1") and rank not in ("", "0") else ""
+    print(f"{prefix}seqmap: {line}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     overrides, rest = _split_overrides(sys.argv[1:] if argv is None else argv)
@@ -99,10 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except (UserError, ConfigError, *_user_errors()) as e:
-        print(f"seqmap: error: {e}", file=sys.stderr)
+        _report(f"error: {e}")
         return USAGE_ERROR
     except KeyboardInterrupt:
-        print("seqmap: interrupted", file=sys.stderr)
+        _report("interrupted")
         return INTERRUPTED_STATUS
     except BrokenPipeError:  # the reader of a pipe left (`seqmap translate ... | head -1`): no traceback
         try:  # Python flushes stdout again at exit: point it where that cannot fail

@@ -9,10 +9,15 @@ import sys
 from pathlib import Path
 
 from seqmap.cli.common import INTERRUPTED_STATUS, UserError, threads
-from seqmap.config import DataConfig, ModelConfig, RunConfig, from_dict, load_config, load_config_from_init
-
-# data.* options a resumed run may point elsewhere (the files moved); the others must stay as trained
-DATA_PATHS = ("train", "valid", "test", "train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt")
+from seqmap.config import (
+    DATA_PATHS,
+    DataConfig,
+    ModelConfig,
+    RunConfig,
+    from_dict,
+    load_config,
+    load_config_from_init,
+)
 
 
 def add_parser(commands) -> None:
@@ -57,7 +62,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.config is None:
             raise UserError("give a CONFIG file to train, or --resume RUN_DIR to continue a run")
         if args.init:
-            from seqmap.config import ModelConfig, from_dict
             from seqmap.runs import find_checkpoint
             from seqmap.training.checkpoint import read_config
 

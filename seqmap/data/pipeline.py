@@ -1,7 +1,8 @@
 """From a ``DataConfig`` to tokenizers and token ids, ready for batching.
 
     texts (bundled corpus, TSV, aligned files or plain text)
-      -> tokenizer(s), trained on the training text and saved in RUN_DIR/tokenizer
+      -> tokenizer(s), trained on the training text and saved in RUN_DIR/tokenizer (the data options
+         they were fitted with beside it, in RUN_DIR/tokenizer_data.yaml)
       -> token ids, cached in RUN_DIR/cache (a second run does not tokenize again)
       -> empty and over-long pairs filtered, and counted in the log
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from seqmap.config import DataConfig
+from seqmap.config import DataConfig, save_config
 from seqmap.data import datasets
 from seqmap.data.audio import SPLITS, Utterances, join, read_recordings, single
 from seqmap.data.corpus import DataError, FilterReport, cached_encode, filter_pairs, read_lines, read_parallel, read_tsv
@@ -192,6 +193,18 @@ def read_lm_texts(cfg: DataConfig) -> dict[str, str]:
 
 # -- tokenizers -----------------------------------------------------------------------
 
+TOKENIZER_DATA = "tokenizer_data.yaml"  # in RUN_DIR, beside tokenizer/: the data options it was fitted with
+READ_AFTER_FIT = ("max_len", "max_src_len", "context", "eval_context", "augment_shift", "test", "test_src",
+                  "test_tgt")  # data options that the tokenizer and the classes do not depend on
+
+
+def _record_fit(cfg: DataConfig, run_dir: Path) -> None:
+    """Write the data options RUN_DIR/tokenizer/ is about to be fitted with beside it (``TOKENIZER_DATA``), so a
+    new run in RUN_DIR can tell whether that tokenizer fits its own data (``seqmap.training.run_trainer``)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / TOKENIZER_DATA)
+
+
 def _tokenizer_options(cfg: DataConfig) -> dict:
     if cfg.tokenizer in ("bpe", "unigram"):
         return {"character_coverage": cfg.character_coverage, "byte_fallback": cfg.byte_fallback,
@@ -208,6 +221,7 @@ def tokenizers_for(cfg: DataConfig, src_texts: list[str], tgt_texts: list[str],
     # bpe/unigram learn about vocab_size pieces; char/word keep the vocab_size - 4 most frequent (the rest is UNK)
     src, tgt = train_pair(cfg.tokenizer, src_texts, tgt_texts, cfg.vocab_size, joint=cfg.joint_vocab,
                           normalizer=normalizer_for(cfg), **_tokenizer_options(cfg))
+    _record_fit(cfg, run_dir)  # first: a tokenizer saved without its record would be reused unchecked
     save_pair(src, tgt, directory)
     log(f"tokenizer: {cfg.tokenizer}, {'joint' if src is tgt else 'separate'} vocabulary "
         f"{src.vocab_size}{'' if src is tgt else ' / ' + str(tgt.vocab_size)}, saved in {directory}")
@@ -333,6 +347,7 @@ def _run_labels(train_labels: list[str], cfg: DataConfig, run_dir: Path, log: Ca
         labels = LabelSet.load(labels_path)
     else:
         labels = LabelSet.from_training(train_labels, cfg.max_classes)
+        _record_fit(cfg, run_dir)
         labels_path.parent.mkdir(parents=True, exist_ok=True)
         labels.save(labels_path)
     merged = f"; {len(labels.merged)} rarer labels joined '{labels.other}': {', '.join(labels.merged)}" \

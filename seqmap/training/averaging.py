@@ -1,11 +1,12 @@
 """Checkpoint averaging: the element-wise mean of several checkpoints' weights, and saving it as a checkpoint.
 
 Only checkpoints of one run are averaged: besides weights of the same names and shapes, they must have the same
-``model`` section in their ``config.yaml`` and the same tokenizer files (a checkpoint without ``tokenizer/`` uses
-its run's, ``RUN/tokenizer``, as ``seqmap.runs.load_run`` does). Two runs of one shape (pre-LN and post-LN, or
-two vocabularies of one size) would otherwise average into weights that neither can use. The rest of the config
-(the training schedule, decoding) may differ: checkpoints of one run differ in their step, and a resumed run may
-have changed its learning rate.
+``model`` section in their ``config.yaml``, the same ``data`` options but file paths (``seqmap.config.DATA_PATHS``,
+which a resumed run may point elsewhere) and the same tokenizer files (a checkpoint without ``tokenizer/`` uses
+its run's, ``RUN/tokenizer``, as ``seqmap.runs.load_run`` does). Two runs of one shape (pre-LN and post-LN, two
+vocabularies of one size, or one tokenizer over lowercased and cased text) would otherwise average into weights
+that neither can use. The rest of the config (the training schedule, decoding) may differ: checkpoints of one
+run differ in their step, and a resumed run may have changed its learning rate.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from safetensors import safe_open
 from torch import Tensor
 
-from seqmap.config import ModelConfig, from_dict, to_dict
+from seqmap.config import DATA_PATHS, DataConfig, ModelConfig, from_dict, to_dict
 from seqmap.training.checkpoint import write_checkpoint
 from seqmap.training.checkpoint_files import (
     MODEL_FILE,
@@ -90,12 +91,15 @@ def tokenizer_dir(checkpoint: Path) -> Path | None:
 
 
 def check_one_run(dirs: list[Path]) -> None:
-    """Refuse checkpoints whose ``model`` config or tokenizer files differ from the first's (module docstring)."""
+    """Refuse checkpoints whose ``model`` config, ``data`` options (but paths) or tokenizer files differ from the
+    first's (module docstring)."""
     first = dirs[0]
-    model, tokenizer = read_config(first).get("model"), _files(tokenizer_dir(first))
+    config, tokenizer = read_config(first), _files(tokenizer_dir(first))
     for d in dirs[1:]:
-        differs = _model_difference(model, read_config(d).get("model")) or _tokenizer_difference(
-            tokenizer, _files(tokenizer_dir(d)))
+        other = read_config(d)
+        differs = (_section_difference("model", ModelConfig, config.get("model"), other.get("model"))
+                   or _section_difference("data", DataConfig, config.get("data"), other.get("data"), DATA_PATHS)
+                   or _tokenizer_difference(tokenizer, _files(tokenizer_dir(d))))
         if differs:
             raise CheckpointError(f"cannot average {first} and {d}: they are not checkpoints of one run ({differs}); "
                                   "average checkpoints of one run")
@@ -104,21 +108,24 @@ def check_one_run(dirs: list[Path]) -> None:
 _UNSET = object()
 
 
-def _model_difference(first: Any, other: Any, shown: int = 3) -> str:
-    """'' if the two ``model`` sections are equal, else the settings that differ, e.g. "model.norm_position 'pre'
-    vs 'post'". Sections that are both a ``ModelConfig`` are compared with every default filled in: a run resumed
-    by a newer seqmap has checkpoints with and without a new option."""
+def _section_difference(name: str, cls: type, first: Any, other: Any, skip: tuple[str, ...] = (),
+                        shown: int = 3) -> str:
+    """'' if the two config sections ``name`` are equal but for the options in ``skip``, else the settings that
+    differ, e.g. "model.norm_position 'pre' vs 'post'". Sections that are both a ``cls`` are compared with every
+    default filled in: a run resumed by a newer seqmap has checkpoints with and without a new option."""
     try:
-        first, other = (to_dict(from_dict(ModelConfig, section, "model")) for section in (first, other))
+        first, other = (to_dict(from_dict(cls, section, name)) for section in (first, other))
     except (TypeError, ValueError):  # ConfigError among them
-        pass  # not both a ModelConfig: compared as saved
+        pass  # not both a ``cls``: compared as saved
+    if isinstance(first, dict) and isinstance(other, dict):
+        first, other = ({k: v for k, v in section.items() if k not in skip} for section in (first, other))
     if first == other:
         return ""
     if not isinstance(first, dict) or not isinstance(other, dict):
-        return f"model {first!r} vs {other!r}"
+        return f"{name} {first!r} vs {other!r}"
     keys = sorted(k for k in first.keys() | other.keys() if first.get(k, _UNSET) != other.get(k, _UNSET))
-    listed = ", ".join(f"model.{k} {_shown(first, k)} vs {_shown(other, k)}" for k in keys[:shown])
-    return listed + (f", and {len(keys) - shown} more model settings" if len(keys) > shown else "")
+    listed = ", ".join(f"{name}.{k} {_shown(first, k)} vs {_shown(other, k)}" for k in keys[:shown])
+    return listed + (f", and {len(keys) - shown} more {name} settings" if len(keys) > shown else "")
 
 
 def _shown(section: dict, key: str) -> str:

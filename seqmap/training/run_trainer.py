@@ -2,6 +2,7 @@
 
     RUN_DIR/config.yaml         the resolved config (vocabulary sizes filled in)
     RUN_DIR/tokenizer/          the tokenizer(s), trained on the training text
+    RUN_DIR/tokenizer_data.yaml the data options they were fitted with
     RUN_DIR/cache/              token ids, so a second run does not tokenize again
     RUN_DIR/train.log           what was printed
     RUN_DIR/metrics.jsonl       train / valid / test events, one JSON object per line
@@ -27,10 +28,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seqmap.config import HIGHER_IS_BETTER, ConfigError, RunConfig, load_config, save_config, to_dict
+from seqmap.config import (
+    HIGHER_IS_BETTER,
+    ConfigError,
+    DataConfig,
+    RunConfig,
+    from_dict,
+    load_config,
+    read_yaml,
+    save_config,
+    to_dict,
+)
 from seqmap.data.batching import Batch, collate_images, collate_labels, collate_pairs, collate_speech
 from seqmap.data.images import random_shift
 from seqmap.data.pipeline import (
+    READ_AFTER_FIT,
+    TOKENIZER_DATA,
     load_classification,
     load_graph,
     load_images,
@@ -418,22 +431,27 @@ def _processes(n: int) -> str:
 
 def _refuse_another_run(cfg: RunConfig, run_dir: Path) -> None:
     """A new run where another one started but saved no checkpoint (it was killed, or failed) would reuse that
-    run's tokenizer: refused when that run's data options differ, so the tokenizer may not fit them."""
-    saved_path = run_dir / "config.yaml"
-    if not (saved_path.is_file() and (run_dir / TOKENIZER_DIR).is_dir()):
+    run's tokenizer (and classes): refused when that run's data options differ in one they were fitted on (all
+    but ``READ_AFTER_FIT``). Its config.yaml says them, or, when it failed before writing that, the record written
+    beside the tokenizer as it was fitted (``TOKENIZER_DATA``)."""
+    if not (run_dir / TOKENIZER_DIR).is_dir():
         return
+    saved_path = next((p for p in (run_dir / "config.yaml", run_dir / TOKENIZER_DATA) if p.is_file()), None)
+    if saved_path is None:
+        return  # nothing says what it was fitted on (a seqmap before the record, or --init's copy)
     try:
-        saved = load_config(saved_path).data
+        saved = (load_config(saved_path).data if saved_path.name == "config.yaml"
+                 else from_dict(DataConfig, read_yaml(saved_path), "data"))
     except (ConfigError, OSError, ValueError):
         saved = None
-    if saved == cfg.data:
+    fitted = [f.name for f in dataclasses.fields(DataConfig) if f.name not in READ_AFTER_FIT]
+    name = None if saved is None else next((n for n in fitted if getattr(saved, n) != getattr(cfg.data, n)), None)
+    if saved is not None and name is None:
         return  # the same data again (e.g. after a crash before the first checkpoint): its tokenizer fits
-    name = None if saved is None else next(
-        (f.name for f in dataclasses.fields(cfg.data) if getattr(saved, f.name) != getattr(cfg.data, f.name)), None)
-    what = ("does not load" if saved is None else "has other data options" if name is None else
+    what = ("does not load" if saved is None else
             f"has data.{name}={getattr(saved, name)!r} (this run: {getattr(cfg.data, name)!r})")
-    raise TrainingError(f"{run_dir} holds the start of another run (no checkpoint; its config.yaml {what}) whose "
-                        f"{TOKENIZER_DIR}/ this run would reuse: delete {run_dir}, or choose another --run-dir")
+    raise TrainingError(f"{run_dir} holds the start of another run (no checkpoint; its {saved_path.name} {what}) "
+                        f"whose {TOKENIZER_DIR}/ this run would reuse: delete {run_dir}, or choose another --run-dir")
 
 
 # what to do about a file of the run that cannot be written, by errno (``where``: the file or its folder)

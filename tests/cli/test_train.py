@@ -52,3 +52,15 @@ def test_an_override_may_come_before_the_config(tmp_path, capsys):
     """argparse took the value of `--model.d_model 7` for CONFIG (config file not found: 7)."""
     assert main(["train", "--model.d_model", "7", str(CONFIG), "--run-dir", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err == "seqmap: error: model.d_model=7 must be divisible by model.n_heads=4\n"
+
+
+@pytest.mark.parametrize("rank, prefix", [("0", ""), ("1", "[rank 1] ")])
+def test_under_torchrun_the_processes_but_rank_0_name_their_rank_in_an_error(tmp_path, monkeypatch, capsys, rank,
+                                                                             prefix):
+    """Every process of `torchrun --nproc_per_node 2 -m seqmap train` printed `seqmap: error: ...`: one error read
+    as two. Rank 0's line is the report; another's says whose it is (an error of that process alone stays seen)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", rank)
+    assert main(["train", str(CONFIG), "--train.keep_last", "0", "--run-dir", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == (f"{prefix}seqmap: error: train.keep_last must be >= 1 (the latest checkpoint "
+                                       "is needed to resume), got 0\n")

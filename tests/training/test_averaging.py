@@ -15,6 +15,7 @@ from seqmap.training.checkpoint import CheckpointError, load_weights, save_check
 
 MODEL = {"family": "transformer", "d_model": 4, "norm_position": "pre", "dropout": 0.1}
 VOCAB = {"<pad>": 0, "a": 1, "b": 2}
+DATA = {"train": "corpus/train.tsv", "valid": "corpus/valid.tsv", "tokenizer": "word", "lowercase": False}
 
 
 def _tokenizer(folder, vocab=VOCAB):
@@ -24,10 +25,10 @@ def _tokenizer(folder, vocab=VOCAB):
     return folder
 
 
-def _checkpoint(path, seed, *, model=MODEL, train=None, tokenizer=True, vocab=VOCAB):
+def _checkpoint(path, seed, *, model=MODEL, data=DATA, train=None, tokenizer=True, vocab=VOCAB):
     """A checkpoint of a 4 x 4 Linear: ``seed`` sets its weights, the rest what its config and tokenizer say."""
     torch.manual_seed(seed)
-    config = {"model": dict(model), "train": train or {"lr": 1e-3, "max_steps": 100}}
+    config = {"model": dict(model), "data": dict(data), "train": train or {"lr": 1e-3, "max_steps": 100}}
     tok = _tokenizer(path.parent / f".tok-{path.name}", vocab) if tokenizer else None
     return save_checkpoint(path, model=nn.Linear(4, 4), trainer_state={"step": seed}, config=config,
                            tokenizer_dir=tok)
@@ -38,8 +39,10 @@ def test_checkpoints_of_one_run_are_averaged_whatever_their_step_and_schedule(tm
     second = _checkpoint(tmp_path / "step-2", 2, train={"lr": 5e-4, "max_steps": 200})  # resumed with a new lr
     older = {k: v for k, v in MODEL.items() if k != "dropout"}  # saved before model.dropout (default 0.1) existed
     third = _checkpoint(tmp_path / "step-3", 3, model=older)
-    out = save_averaged([first, second, third], tmp_path / "avg")
-    expected = sum(load_weights(step)["weight"] for step in (first, second, third)) / 3
+    moved = {**DATA, "train": "/elsewhere/train.tsv", "valid": "/elsewhere/valid.tsv"}  # resumed after a move
+    fourth = _checkpoint(tmp_path / "step-4", 4, data={k: v for k, v in moved.items() if k != "lowercase"})
+    out = save_averaged([first, second, third, fourth], tmp_path / "avg")
+    expected = sum(load_weights(step)["weight"] for step in (first, second, third, fourth)) / 4
     torch.testing.assert_close(load_weights(out)["weight"], expected)
     assert json.loads((out / "tokenizer" / "vocab.json").read_text()) == VOCAB
 
@@ -52,7 +55,11 @@ def test_checkpoints_of_one_run_are_averaged_whatever_their_step_and_schedule(tm
      r"\(model\.dropout 0\.1 vs 0\.3, model\.norm_position 'pre' vs 'post'\)"),
     (dict(vocab={"<pad>": 0, "x": 1, "y": 2}), r"\(their tokenizer files differ: vocab\.json\)"),
     (dict(tokenizer=False), r"\(only the first has a tokenizer\)"),
-], ids=["pre-vs-post-LN", "not-a-model-config", "two-settings", "another-vocabulary-of-one-size", "no-tokenizer"])
+    (dict(data={**DATA, "lowercase": True}), r"\(data\.lowercase False vs True\)"),  # one tokenizer, other text
+    (dict(data={**DATA, "train": "other.tsv", "opencc": "t2s", "max_len": 64}),
+     r"\(data\.max_len 128 vs 64, data\.opencc None vs 't2s'\)"),  # data.train is a path: not compared
+], ids=["pre-vs-post-LN", "not-a-model-config", "two-settings", "another-vocabulary-of-one-size", "no-tokenizer",
+        "lowercase", "two-data-options"])
 def test_checkpoints_of_different_runs_with_weights_of_one_shape_are_refused(tmp_path, other, differs):
     """These used to be averaged into garbage: nothing but the weights' names and shapes was compared."""
     first = _checkpoint(tmp_path / "a" / "step-1", 1)

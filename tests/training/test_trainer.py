@@ -20,6 +20,7 @@ from safetensors import SafetensorError
 
 from seqmap.cli import main
 from seqmap.config import RunConfig, from_dict
+from seqmap.data.corpus import DataError
 from seqmap.data.tokenizers import load_tokenizer
 from seqmap.evaluation import evaluate_test_split
 from seqmap.training import checkpoint_files
@@ -140,6 +141,26 @@ def test_a_new_run_refuses_the_tokenizer_of_another_run_that_saved_no_checkpoint
     assert train(from_dict(RunConfig, cfg), run, stream=open(os.devnull, "w"))["step"] == 2  # the same data: fine
 
 
+def test_a_new_run_refuses_the_tokenizer_of_a_run_that_failed_before_writing_its_config(corpus, tmp_path):
+    """A run that failed after fitting its tokenizer but before config.yaml (here: data.max_len drops every pair)
+    left a tokenizer that a new run reused silently, whatever its data options."""
+    cfg = config(corpus, max_steps=2, valid_every=2, valid_bleu=False)
+    failed = dict(cfg, data=dict(cfg["data"], max_len=1))
+    run = tmp_path / "run"
+    with pytest.raises(DataError, match="no training pairs left"):
+        train(from_dict(RunConfig, failed), run, stream=open(os.devnull, "w"))
+    assert (run / "tokenizer").is_dir() and not (run / "config.yaml").exists()
+    other = dict(failed, data=dict(failed["data"], tokenizer="char"))
+    with pytest.raises(TrainingError) as err:
+        train(from_dict(RunConfig, other), run, stream=open(os.devnull, "w"))
+    assert str(err.value) == (f"{run} holds the start of another run (no checkpoint; its tokenizer_data.yaml has "
+                              f"data.tokenizer='word' (this run: 'char')) whose tokenizer/ this run would reuse: "
+                              f"delete {run}, or choose another --run-dir")
+    with pytest.raises(DataError, match="no training pairs left"):  # the same data again: its own error, not ours
+        train(from_dict(RunConfig, failed), run, stream=open(os.devnull, "w"))
+    assert train(from_dict(RunConfig, cfg), run, stream=open(os.devnull, "w"))["step"] == 2  # max_len: not fitted
+
+
 @pytest.mark.parametrize("code, fix", [(errno.EACCES, "make {ckpts} writable (chmod u+w {ckpts})"),
                                        (errno.ENOSPC, "free some space on the disk of {ckpts}")])
 def test_a_checkpoint_that_cannot_be_written_stops_in_one_line_and_keeps_the_last_one(corpus, tmp_path, monkeypatch,
@@ -249,6 +270,18 @@ def _torchrun(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                            "-m", "seqmap", *args, "--threads", "1"], capture_output=True, text=True, timeout=300,
                           env=env)
+
+
+def test_under_torchrun_a_user_error_is_reported_once_and_other_processes_name_their_rank(corpus, tmp_path):
+    """Both processes printed `seqmap: error: ...`, so one bad value read as two errors."""
+    cfg_path = write_config(tmp_path, config(corpus, lr=-1))
+    failed = _torchrun("train", str(cfg_path), "--run-dir", str(tmp_path / "run"))
+    assert failed.returncode != 0
+    lines = [line for line in failed.stderr.splitlines() if "error:" in line and "train.lr" in line]
+    # each process's line, unless torchrun stopped that process first when the other one failed
+    assert lines and set(lines) <= {"seqmap: error: train.lr must be > 0, got -1.0",
+                                    "[rank 1] seqmap: error: train.lr must be > 0, got -1.0"}, failed.stderr[-3000:]
+    assert len(lines) == len(set(lines)), failed.stderr[-3000:]
 
 
 def test_two_processes_resume_with_the_losses_of_an_uninterrupted_run_and_one_process_is_refused(corpus, tmp_path,
