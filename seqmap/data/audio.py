@@ -130,11 +130,20 @@ MAX_SAMPLE = 1e6
 
 
 def _pcm_to_float(audio: np.ndarray, where: str) -> np.ndarray:
+    """int16 PCM or float samples as float32; float samples are checked as ``_read_audio`` checks a file's."""
     if audio.dtype == np.int16:
         return audio.astype(np.float32) / 32768.0
-    if np.issubdtype(audio.dtype, np.floating):
-        return audio.astype(np.float32)
-    raise DataError(f"{where}: audio must be int16 PCM or float samples, got {audio.dtype}")
+    if not np.issubdtype(audio.dtype, np.floating):
+        raise DataError(f"{where}: audio must be int16 PCM or float samples, got {audio.dtype}")
+    finite = np.isfinite(audio)
+    if not finite.all():
+        raise DataError(f"{where}: audio holds NaN or infinite samples (the first at sample "
+                        f"{int(np.argmin(finite))}); give recordings of finite samples")
+    peak = float(np.abs(audio).max()) if audio.size else 0.0
+    if peak > MAX_SAMPLE:
+        raise DataError(f"{where}: audio has samples up to {peak:.3g}, more than {MAX_SAMPLE:g} times full scale; "
+                        "scale the recordings to [-1, 1]")
+    return audio.astype(np.float32)
 
 
 def read_npz(path: Path) -> Recordings:
@@ -148,6 +157,9 @@ def read_npz(path: Path) -> Recordings:
     if missing or ("text" not in arrays and "digit" not in arrays):
         raise DataError(f"{path}: an .npz of recordings needs arrays audio, offsets, sample_rate and text (or digit); "
                         f"missing {', '.join(missing) or 'text'}")
+    if arrays["audio"].ndim != 1:
+        raise DataError(f"{path}: audio must be one 1-D array of all the samples (mono, recordings end to end), got "
+                        f"shape {arrays['audio'].shape}")
     offsets = arrays["offsets"].astype(np.int64)
     n = len(offsets) - 1
     if n < 1 or offsets[0] != 0 or offsets[-1] != len(arrays["audio"]) or bool((np.diff(offsets) < 0).any()):

@@ -8,11 +8,13 @@ ordinary config options with their own tests):
 
 * ``MarianMTModel`` (OPUS-MT) -> ``family: transformer``: post-LN, sinusoidal positions in the split
   layout (sines, then cosines), ``activation: silu`` (Marian's swish), embeddings scaled by sqrt(D) and
-  shared by encoder, decoder and output, ``output_bias`` for ``final_logits_bias``. Its tokenizer:
+  shared by encoder, decoder and output (``tie_word_embeddings: false`` is refused), ``output_bias`` for
+  ``final_logits_bias``. Its tokenizer:
   ``source.spm`` / ``target.spm`` pieces numbered by ``vocab.json``; the source ends with ``</s>``
   (``append_eos``); decoding starts from Marian's pad embedding (seqmap's BOS row is given its weights).
 * ``GPT2LMHeadModel`` -> ``family: lm``: learned positions, pre-LN, ``activation: gelu_tanh``, no
-  embedding scaling, the output layer tied to the embedding. GPT-2's ``Conv1D`` layers store their
+  embedding scaling, the output layer tied to the embedding (or its own ``lm_head`` with
+  ``tie_word_embeddings: false``). GPT-2's ``Conv1D`` layers store their
   weights transposed ((in, out)); its ``c_attn`` holds query, key and value side by side, as seqmap's
   fused ``in_proj`` does.
 * ``BertForSequenceClassification`` / ``BertModel`` -> ``family: classifier`` and
@@ -67,6 +69,15 @@ def _take(weights: dict[str, Tensor], name: str, shape: tuple[int, ...] | None, 
     raise HubError(f"{where}: the weight {name} is missing (is config.json from the same model?)")
 
 
+def _tied(config: dict[str, Any], where: Path) -> bool:
+    """``tie_word_embeddings`` (default true): false means an output layer ``lm_head`` of its own, which the
+    mapping must read rather than reuse the embedding table."""
+    tied = config.get("tie_word_embeddings", True)
+    if not isinstance(tied, bool):
+        raise HubError(f"{where}: tie_word_embeddings must be true or false, got {tied!r}")
+    return tied
+
+
 # -- GPT-2 ---------------------------------------------------------------------------------------------
 
 
@@ -102,17 +113,20 @@ def _gpt2(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, Te
     tok = _gpt2_tokenizer(source, config)
     d, layers, v = config["n_embd"], config["n_layer"], config["vocab_size"]
     d_ff = config.get("n_inner") or 4 * d
+    tied = _tied(config, where)
     model_cfg = ModelConfig(family="lm", tgt_vocab=tok.vocab_size, d_model=d, n_heads=config["n_head"], d_ff=d_ff,
                             dec_layers=layers, dropout=0.0, activation=activation, positional="learned",
                             max_len=config["n_positions"], norm_position="pre", scale_embeddings=False,
-                            tie_embeddings=True)
+                            tie_embeddings=tied)
     w = read_weights(source)
     hf_ids = tok.hf_ids()
     out = {"embedding.table.weight": rows(_take(w, "wte.weight", (v, d), source), hf_ids),
            "positional.table.weight": _take(w, "wpe.weight", (config["n_positions"], d), source),
            "final_norm.weight": _take(w, "ln_f.weight", (d,), source),
            "final_norm.bias": _take(w, "ln_f.bias", (d,), source)}
-    out["output.weight"] = out["embedding.table.weight"]
+    # tie_word_embeddings: false keeps its own output layer (lm_head.weight), which must not be replaced by wte
+    out["output.weight"] = (out["embedding.table.weight"] if tied
+                            else rows(_take(w, "lm_head.weight", (v, d), source), hf_ids))
     for i in range(layers):
         h, p = f"h.{i}", f"layers.{i}"
         out[f"{p}.self_attn.in_proj.weight"] = _take(w, f"{h}.attn.c_attn.weight", (d, 3 * d), source).t()
@@ -190,6 +204,9 @@ def _marian(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, 
         raise HubError(f"{where}: activation_function {act!r} has no seqmap equivalent (swish, gelu, relu)")
     if config.get("normalize_before") or config.get("add_final_layer_norm") or config.get("normalize_embedding"):
         raise HubError(f"{where}: pre-LN / embedding-norm Marian variants are not supported (OPUS-MT is post-LN)")
+    if not _tied(config, where):  # transformers then keeps shared, encoder, decoder and output tables apart
+        raise HubError(f"{where}: tie_word_embeddings false (separate embedding and output tables) is not supported "
+                       "for Marian; seqmap maps one table shared by encoder, decoder and output")
     src_tok, tgt_tok = _marian_tokenizers(source, config)
     layers = (config["encoder_layers"], config["decoder_layers"])
     model_cfg = ModelConfig(family="transformer", src_vocab=src_tok.vocab_size, tgt_vocab=tgt_tok.vocab_size,

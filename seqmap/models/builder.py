@@ -80,10 +80,15 @@ def _decoder_layer(cfg: ModelConfig) -> DecoderLayer:
 
 
 def _positional(cfg: ModelConfig, causal: bool):
-    return build_positional(cfg.positional, d_model=cfg.d_model, n_heads=cfg.n_heads, max_len=cfg.max_len,
-                            causal=causal, relative_clip=cfg.relative_clip, relative_values=cfg.relative_values,
-                            t5_buckets=cfg.t5_buckets, t5_max_distance=cfg.t5_max_distance, rope_base=cfg.rope_base,
-                            sinusoidal_layout=cfg.sinusoidal_layout)
+    """The positional scheme of one stack; a bad option of it (``relative_clip``, ``t5_buckets``, ``t5_max_distance``,
+    ``rope_base``: each message starts with its name) is a ConfigError naming ``model.<option>``."""
+    try:
+        return build_positional(cfg.positional, d_model=cfg.d_model, n_heads=cfg.n_heads, max_len=cfg.max_len,
+                                causal=causal, relative_clip=cfg.relative_clip, relative_values=cfg.relative_values,
+                                t5_buckets=cfg.t5_buckets, t5_max_distance=cfg.t5_max_distance,
+                                rope_base=cfg.rope_base, sinusoidal_layout=cfg.sinusoidal_layout)
+    except ValueError as e:
+        raise ConfigError(f"model.{e}") from None
 
 
 def _output(cfg: ModelConfig, embedding: TokenEmbedding) -> nn.Linear:
@@ -169,6 +174,7 @@ def build_vit(cfg: ModelConfig) -> TransformerClassifier:
                           f"{' + CLS' if cfg.pooling == 'cls' else ''}; raise model.max_len to at least {n_tokens}")
     if cfg.n_classes < 2:
         raise ConfigError(f"model.n_classes must be at least 2 (set from the training labels), got {cfg.n_classes}")
+    _check_pixel_stats(cfg)
     patches = PatchEmbedding(*shape, cfg.patch_size, cfg.d_model, cfg.pixel_mean or None, cfg.pixel_std or None)
     encoder = TransformerEncoder(
         patches, _positional(cfg, causal=False),
@@ -177,6 +183,19 @@ def build_vit(cfg: ModelConfig) -> TransformerClassifier:
     model = TransformerClassifier(encoder, cfg.n_classes, cfg.pooling, cfg.dropout, _pooler(cfg))
     _init_linears(model)
     return model
+
+
+def _check_pixel_stats(cfg: ModelConfig) -> None:
+    """``model.pixel_mean`` / ``pixel_std``: both or neither (`seqmap train` sets both), one number per channel."""
+    mean, std = cfg.pixel_mean, cfg.pixel_std
+    if bool(mean) != bool(std):
+        raise ConfigError(f"model.pixel_mean and model.pixel_std go together (got {mean} and {std}): give both, "
+                          "or neither (no normalisation)")
+    if mean and (len(mean) != cfg.image_channels or len(std) != cfg.image_channels or min(std) <= 0):
+        raise ConfigError(f"model.pixel_mean and model.pixel_std must hold {cfg.image_channels} numbers each (one per "
+                          f"channel, model.image_channels), std > 0; got {mean} and {std}")
+
+
 def build_speech(cfg: ModelConfig) -> SpeechTransformer:
     """The Transformer encoder-decoder over audio frames (Conformer encoder blocks with ``cfg.conformer``)."""
     if cfg.copy:

@@ -254,6 +254,9 @@ class RotaryPositional(PositionalEncoding):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"rope needs an even head width d_model / n_heads, got {head_dim}")
+        if not base > 1:  # base <= 0 gives NaN angles (which attention turned into wrong finite outputs), base 1 one
+            # frequency for every pair, base < 1 frequencies above 1 rad per position
+            raise ValueError(f"rope_base={base} must be > 1 (10000 in the paper)")
         self.head_dim, self.base = head_dim, base
         cos, sin = self._tables(max_len)
         self.register_buffer("cos", cos, persistent=False)  # (L, Dh)

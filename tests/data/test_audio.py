@@ -148,6 +148,66 @@ def test_npz_problems_name_the_array(tmp_path):
         read_npz(tmp_path / "y.npz")
 
 
+def _npz(path, audio, offsets, **arrays) -> Path:
+    np.savez(path, audio=audio, offsets=np.asarray(offsets), sample_rate=np.array(8000), **arrays)
+    return path
+
+
+def test_an_npz_at_another_rate_is_resampled_to_the_models(tmp_path):
+    """``read_recordings(path, rate)`` of an .npz at 8 kHz for a 16 kHz model: every recording resampled on its own
+    (offsets follow), texts, speakers and splits kept; without a rate the file's own is kept."""
+    tone = (0.5 * np.sin(2 * np.pi * 440 * np.arange(800) / 8000)).astype(np.float32)
+    path = _npz(tmp_path / "r.npz", np.concatenate([tone, tone[:400]]), [0, 800, 1200], text=np.array(["a", "b"]),
+                speaker=np.array(["ann", "bob"]), split=np.array(["train", "test"]))
+    same = read_recordings(path)
+    assert same.sample_rate == 8000 and same.offsets.tolist() == [0, 800, 1200]
+    rec = read_recordings(path, 16000)
+    assert rec.sample_rate == 16000 and rec.offsets.tolist() == [0, 1600, 2400] and len(rec.audio) == 2400
+    assert (rec.texts, rec.speakers, rec.splits) == (["a", "b"], ["ann", "bob"], ["train", "test"])
+    assert rec.audio.dtype == np.float32
+    # the 440 Hz tone is still a 440 Hz tone: its spectrum peaks at bin 440 / (16000 / 1600) = 44
+    assert int(np.argmax(np.abs(np.fft.rfft(rec.wave(0))))) == 44
+    assert abs(float(np.abs(rec.wave(0)[200:1400]).max()) - 0.5) < 0.02
+
+
+def test_speech_data_paths_that_cannot_be_read_are_one_line(tmp_path):
+    with pytest.raises(DataError, match=r"^speech data not found: .*nope.npz$"):
+        read_recordings(tmp_path / "nope.npz")
+    (tmp_path / "a.wav").write_bytes(wav_bytes(np.zeros(100, np.int16)))
+    with pytest.raises(DataError, match=r"a.wav: speech data must be an .npz of recordings or a .tsv manifest"):
+        read_recordings(tmp_path / "a.wav")
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(DataError, match=r"^cannot read .*bad.npz as an .npz of recordings: "):
+        read_recordings(tmp_path / "bad.npz")
+    (tmp_path / "empty.tsv").write_text("\n\n")
+    with pytest.raises(DataError, match=r"empty.tsv lists no recordings"):
+        read_recordings(tmp_path / "empty.tsv")
+
+
+@pytest.mark.parametrize("audio, offsets, arrays, message", [
+    (np.zeros(10, np.int16), [0, 4, 10], dict(text=np.array(["a"])),
+     r"2 recordings \(offsets\) but 1 texts and 2 speakers"),
+    (np.zeros(10, np.int16), [0, 4, 10], dict(text=np.array(["a", "b"]), split=np.array(["train", "dev"])),
+     "split must name train, valid or test for each of the 2 recordings"),
+    (np.zeros(10, np.int32), [0, 10], dict(text=np.array(["a"])),
+     "audio must be int16 PCM or float samples, got int32"),
+    (np.zeros((10, 2), np.int16), [0, 10], dict(text=np.array(["a"])),
+     r"audio must be one 1-D array of all the samples \(mono, recordings end to end\), got shape \(10, 2\)"),
+    (np.array([0.1, 0.2, np.nan, 0.0], np.float32), [0, 4], dict(text=np.array(["a"])),
+     r"audio holds NaN or infinite samples \(the first at sample 2\); give recordings of finite samples"),
+    (np.array([0.1, -np.inf], np.float64), [0, 2], dict(text=np.array(["a"])), "the first at sample 1"),
+    (np.array([0.1, 1e30], np.float64), [0, 2], dict(text=np.array(["a"])),
+     r"audio has samples up to 1e\+30, more than 1e\+06 times full scale"),
+])
+def test_npz_recordings_that_cannot_be_used_are_one_line(tmp_path, audio, offsets, arrays, message):
+    """A stereo array, NaN or huge float samples were read as they were (NaN features, then a failure deep in
+    training, as ``read_wav`` refuses for a file); now each is one line naming the file."""
+    path = _npz(tmp_path / "x.npz", audio, offsets, **arrays)
+    with pytest.raises(DataError, match=message) as e:
+        read_npz(path)
+    assert str(e.value).startswith(str(path))
+
+
 def test_fsdd_archive_builds_the_npz_layout():
     rng = np.random.default_rng(0)
     files = {f"repo-abc/recordings/{d}_{s}_{i}.wav": rng.integers(-99, 99, 50 + d + i).astype(np.int16)

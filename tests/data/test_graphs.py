@@ -83,6 +83,10 @@ def test_row_normalize_divides_by_row_sums():
         (dict(test_idx=np.array([4])), r"test_idx holds unlabelled node 4"),
         (dict(val_idx=np.array([1])), r"node 1 is in both train_idx and val_idx"),
         (dict(train_idx=np.array([], dtype=np.int64)), r"train_idx is empty"),
+        (dict(features=np.array([["a"]] * 5)), r"features must be numeric, got dtype <U1; store them as float32"),
+        (dict(val_idx=np.array([2.0])), r"val_idx must be a 1-D integer array of node ids, got shape \(1,\), "
+                                        r"dtype float64"),
+        (dict(val_idx=np.array([[2]])), r"val_idx must be a 1-D integer array"),
     ],
 )
 def test_each_bad_input_gives_one_clear_line(tmp_path, changes, message):
@@ -90,6 +94,28 @@ def test_each_bad_input_gives_one_clear_line(tmp_path, changes, message):
         read_graph(_write(tmp_path, **changes))
     text = str(err.value)
     assert "\n" not in text and text.startswith("g.npz: ")
+
+
+def test_a_graph_batch_scores_only_the_nodes_of_its_split(tmp_path):
+    """The whole graph goes in every batch; labels outside the split's nodes are NOT_SCORED, so the loss and the
+    accuracy read that split alone. Both structure forms are built once and kept."""
+    from seqmap.data.batching import NOT_SCORED
+    from seqmap.data.graphs import GraphData
+
+    data = GraphData(read_graph(_write(tmp_path)))
+    batch = data.batch(data.graph.val_idx)
+    assert batch.labels.tolist() == [NOT_SCORED, NOT_SCORED, 0, NOT_SCORED, NOT_SCORED]
+    assert batch.n_tokens == 1 and batch.src is data.features and batch.src_mask is data.graph.edge_index
+    assert data.batch(data.graph.train_idx).labels.tolist() == [0, 1, NOT_SCORED, NOT_SCORED, NOT_SCORED]
+    dense = data.batch(data.graph.test_idx, "dense")
+    assert dense.labels.tolist() == [NOT_SCORED] * 3 + [1, NOT_SCORED]
+    mask = data.structure("dense")
+    assert mask.dtype == torch.bool and mask.shape == (5, 5) and mask[1, 0] and mask[1, 2] and not mask[0, 2]
+    assert data.structure("dense") is mask and data.structure("sparse") is data.graph.edge_index
+    assert data.class_names == ["0", "1"]
+    assert torch.equal(data.features.to_dense(), data.graph.features)
+    with pytest.raises(ValueError, match=r"graph form 'coo' is not one of \('sparse', 'dense'\)"):
+        data.structure("coo")
 
 
 def test_unreadable_or_missing_files(tmp_path):

@@ -43,6 +43,11 @@ def test_npz_channels_last_colour_and_string_labels(tmp_path):
     ({"x": np.zeros((2, 4), np.uint8), "y": np.zeros(2, int)}, "must be (N, H, W)"),
     ({"x": np.zeros((2, 4, 4), np.uint8), "y": np.zeros(3, int)}, "2 images in x but 3 labels"),
     ({"images": np.zeros((2, 4, 4), np.uint8)}, "has no arrays x and y (or x_train and y_train)"),
+    ({"x": np.zeros((2, 4, 4), np.uint8), "y": np.eye(2, dtype=np.uint8)}, "labels must be one per image (N,), got "
+                                                                           "shape (2, 2)"),  # one-hot
+    ({"x": np.zeros((2, 4, 4), np.uint8), "y": np.array([1.0, 0.0])}, "labels must be integers or strings, got "
+                                                                      "float64"),
+    ({"x": np.zeros((2, 4, 4, 2), np.uint8), "y": np.zeros(2, int)}, "C = 1 or 3, got shape (2, 4, 4, 2)"),
 ])
 def test_npz_bad_input_is_one_line(tmp_path, arrays, message):
     with pytest.raises(ImageError) as e:
@@ -119,6 +124,35 @@ def test_random_shift_moves_every_image_by_one_offset_within_range():
         offsets.add(found[0])
     assert len(offsets) > 3  # not one shift for all
     assert torch.equal(random_shift(images, 0, g), images)
+
+
+def test_random_shift_fills_the_uncovered_border_with_the_fill_value():
+    """``fill`` (C,) pixel values (the training mean, so a shifted border reads as average, not black) for the
+    pixels no source pixel moved onto; the image itself keeps its values."""
+    images = torch.full((32, 2, 3, 3), 200, dtype=torch.uint8)
+    shifted = random_shift(images, 1, torch.Generator().manual_seed(0), fill=torch.tensor([7.6, 30.0]))
+    assert shifted.dtype == torch.uint8
+    values = [set(shifted[:, c].unique().tolist()) for c in range(2)]
+    assert values == [{7, 200}, {30, 200}]  # a float fill is cast to the images' dtype
+    moved = (shifted[:, 0] != 200).flatten(1).any(1)
+    assert 0 < int(moved.sum()) < 32  # most images moved, a (0, 0) shift keeps one whole
+    assert torch.equal((shifted[:, 0] == 7), (shifted[:, 1] == 30))  # one offset for every channel
+
+
+def test_holding_out_validation_images_names_the_range():
+    from seqmap.data.images import ImageSet
+
+    s = ImageSet(torch.zeros(5, 1, 2, 2, dtype=torch.uint8), ["a", "b", "a", "b", "a"], "x.npz")
+    train, valid = s.split_off(2)
+    assert (len(train), len(valid), valid.labels, valid.source) == (3, 2, ["b", "a"], "x.npz (last 2)")
+    for n in (0, 5):
+        with pytest.raises(ImageError, match=f"cannot hold out {n} of 5 images from x.npz for validation; set "
+                                             "data.valid_size between 1 and 4"):
+            s.split_off(n)
+    with pytest.raises(ImageError, match=r"x.npz: 5 images but 4 labels"):
+        ImageSet(torch.zeros(5, 1, 2, 2, dtype=torch.uint8), ["a"] * 4, "x.npz")
+    with pytest.raises(ImageError, match=r"images must be uint8 \(N, C, H, W\), got torch.float32"):
+        ImageSet(torch.zeros(5, 1, 2, 2), ["a"] * 5, "x.npz")
 
 
 def test_npz_arrays_checksum_ignores_compression(tmp_path):

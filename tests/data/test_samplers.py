@@ -177,6 +177,22 @@ def test_epoch_iterator_resumes_at_the_next_batch():
         assert seen + list(resumed) == full, stop
 
 
+def test_epoch_iterator_resumed_past_the_end_of_an_epoch_starts_the_next():
+    """A saved position at or past the end of its epoch (the data gives fewer batches than when it was saved) goes
+    on with the next epoch's first batch rather than yielding nothing or failing; ``load_state_dict`` resumes too."""
+    def batches_fn(epoch):
+        return [f"{epoch}.{k}" for k in range(2)]
+
+    assert [b for _, _, b in EpochIterator(batches_fn, epoch=0, batch=5, max_epochs=2)] == ["1.0", "1.1"]
+    assert [b for _, _, b in EpochIterator(batches_fn, epoch=1, batch=2, max_epochs=2)] == []
+    it = EpochIterator(batches_fn, max_epochs=3)
+    it.load_state_dict({"epoch": 1, "batch": 1})
+    assert [(e, i, b) for e, i, b in it] == [(1, 1, "1.1"), (2, 0, "2.0"), (2, 1, "2.1")]
+    assert it.state_dict() == {"epoch": 3, "batch": 0}
+    with pytest.raises(ValueError, match="epoch and batch must be >= 0, got epoch=0, batch=-1"):
+        EpochIterator(batches_fn, batch=-1)
+
+
 def test_epoch_iterator_rejects_empty_epochs():
     with pytest.raises(ValueError, match="no batches"):
         next(iter(EpochIterator(lambda epoch: [])))

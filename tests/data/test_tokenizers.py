@@ -206,6 +206,42 @@ def test_training_errors_say_what_to_change():
         train_tokenizer("char", [""])
 
 
+@pytest.mark.parametrize("kind, vocab_size, options, message", [
+    ("word", 3, {}, r"vocab_size=3 leaves no room for pieces after the 4 specials; set vocab_size > 4"),
+    ("char", 4, {}, r"vocab_size=4 leaves no room"),
+    ("word", None, {"min_freq": 0}, r"min_freq must be >= 1, got 0"),
+    ("bpe", 4, {}, r"bpe tokenizer needs vocab_size > 4, got 4"),
+    ("unigram", 100, {"character_coverage": 0.0}, r"character_coverage must be in \(0, 1\], got 0.0"),
+])
+def test_sizes_that_leave_no_vocabulary_are_refused(kind, vocab_size, options, message):
+    with pytest.raises(TokenizerError, match=message):
+        train(kind, ENGLISH, vocab_size, **options)
+
+
+def _damage(directory: Path, name: str, content: str) -> None:
+    (directory / name).write_text(content)
+
+
+@pytest.mark.parametrize("kind, name, content, message", [
+    ("word", MANIFEST, "{not json", r"tokenizer.json: not a valid tokenizer manifest \("),
+    ("word", MANIFEST, "[1, 2]", r"tokenizer.json: the manifest has no 'kind' \(valid: char, word, bpe, unigram\)"),
+    ("word", MANIFEST, '{"kind": "word", "format": 99}', r"format 99 is newer than this seqmap reads \(1\); "
+                                                         "upgrade seqmap"),
+    ("word", "vocab.json", "{oops", r"vocab.json: not a JSON list of pieces \(.*\); save the tokenizer again"),
+    ("char", "vocab.json", '["a", "b", "c", "d", "e"]', r"a char vocabulary must start with \['<pad>', '<s>', "
+                                                        r"'</s>', '<unk>'\], got \['a', 'b', 'c', 'd'\]; was the "
+                                                        "vocab file edited"),
+    ("bpe", "spm.model", "not a model", r"spm.model: not a sentencepiece model \(.*\); save the tokenizer again"),
+])
+def test_a_damaged_saved_tokenizer_is_one_line_naming_the_file(tmp_path, kind, name, content, message):
+    """What a run directory holds can be edited or truncated; loading it names the file and what to do."""
+    train(kind, ENGLISH, 60 if kind == "bpe" else None).save(tmp_path)
+    _damage(tmp_path, name, content)
+    with pytest.raises(TokenizerError, match=message) as e:
+        load_tokenizer(tmp_path)
+    assert "\n" not in str(e.value)
+
+
 def test_decode_rejects_ids_outside_the_vocabulary():
     tok = train("char", ENGLISH)
     with pytest.raises(TokenizerError, match=f"token id {tok.vocab_size} is outside"):

@@ -219,3 +219,60 @@ def test_bad_bert_and_vit_directories_are_one_line(tmp_path):
     (tmp_path / "vit" / "config.json").write_text(json.dumps({"model_type": "vit", "hidden_size": 32}))
     with pytest.raises(HubError, match="num_hidden_layers must be a positive integer"):
         import_hf(tmp_path / "vit", tmp_path / "r5")
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("encoder_sources")
+    tiny_bert(root / "bert", seed=3)
+    tiny_vit(root / "vit", seed=3)
+    return root
+
+
+@pytest.mark.parametrize("model, file, changes, message", [
+    ("bert", "config.json", {"hidden_act": "gelu_fast"}, "hidden_act 'gelu_fast' has no seqmap equivalent"),
+    ("bert", "config.json", {"layer_norm_eps": 0}, r"layer_norm_eps must be a number in \(0, 1\), got 0"),
+    ("bert", "config.json", {"layer_norm_eps": "1e-12"}, "layer_norm_eps must be a number in .*, got '1e-12'"),
+    ("bert", "config.json", {"hidden_size": 30}, "hidden_size 30 is not divisible by num_attention_heads 4"),
+    ("bert", "config.json", {"is_decoder": True}, r"a BERT decoder \(is_decoder / add_cross_attention\) is not"),
+    ("bert", "config.json", {"id2label": {"0": "a", "2": "b"}}, "id2label must number its classes 0..N-1"),
+    ("bert", "config.json", {"id2label": {"0": "a", "1": "a"}}, "with distinct names"),
+    ("bert", "config.json", {"id2label": {"0": "a"}}, r"\(N >= 2\)"),
+    ("bert", "config.json", {"id2label": {"x": "a", "y": "b"}}, "id2label must number its classes"),
+    ("vit", "config.json", {"patch_size": 5}, "patch_size 5 does not divide image_size 16"),
+    ("vit", "config.json", {"qkv_bias": False}, r"qkv_bias false is not supported"),
+    ("vit", "preprocessor_config.json", {"image_std": [0.3, 0.0, 0.3]},
+     r"image_mean and image_std must hold 3 numbers each \(num_channels\), std > 0"),
+    ("vit", "preprocessor_config.json", {"image_mean": [0.5]}, "must hold 3 numbers each"),
+])
+def test_an_encoder_config_seqmap_cannot_map_is_one_line_naming_the_field(sources, tmp_path, model, file, changes,
+                                                                          message):
+    import shutil
+
+    source = tmp_path / model
+    shutil.copytree(sources / model, source)
+    config = json.loads((source / file).read_text()) | changes
+    (source / file).write_text(json.dumps(config))
+    with pytest.raises(HubError, match=message) as e:
+        import_hf(source, tmp_path / "run")
+    assert str(e.value).startswith(str(source / file)) and "\n" not in str(e.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_labels_numbered_out_of_order_keep_their_ids(sources, tmp_path):
+    """id2label read by number, not by the order of its keys: {"1": b, "0": a} gives a = 0, b = 1."""
+    import shutil
+
+    source = tmp_path / "bert"
+    shutil.copytree(sources / "bert", source)
+    config = json.loads((source / "config.json").read_text())
+    config["id2label"] = {"2": "positive", "10": "other", "0": "negative", "1": "neutral"}
+    config["num_labels"] = 4
+    (source / "config.json").write_text(json.dumps(config))
+    with pytest.raises(HubError, match="id2label must number its classes 0..N-1"):  # 0, 1, 2, 10: a gap
+        import_hf(source, tmp_path / "run")
+    config["id2label"] = {"2": "positive", "0": "negative", "1": "neutral"}
+    config["num_labels"] = 3
+    (source / "config.json").write_text(json.dumps(config))
+    import_hf(source, tmp_path / "run")
+    assert load_run(tmp_path / "run").labels.names == ("negative", "neutral", "positive")

@@ -12,15 +12,16 @@ tokenizers = pytest.importorskip("tokenizers", reason="the hf extra is not insta
 
 from seqmap.config import DecodeConfig  # noqa: E402
 from seqmap.decoding.text import generate_nbest, lm_prompt  # noqa: E402
-from seqmap.hub import HubError, import_hf  # noqa: E402
+from seqmap.hub import HubError, export_hf, import_hf  # noqa: E402
 from seqmap.runs import load_run  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TEXT = ("the cat sat on the mat. the dog sat on the log. a cat and a dog met on a mat by the log.\n" * 20)
 
 
-def tiny_gpt2(directory, seed: int = 0):
-    """A byte-level BPE trained on a few lines, and a random 2-layer GPT-2 over it, saved as transformers saves."""
+def tiny_gpt2(directory, seed: int = 0, tied: bool = True):
+    """A byte-level BPE trained on a few lines, and a random 2-layer GPT-2 over it, saved as transformers saves
+    (``tied=False``: an output layer ``lm_head`` of its own, ``tie_word_embeddings: false``)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -34,7 +35,7 @@ def tiny_gpt2(directory, seed: int = 0):
     torch.manual_seed(seed)
     config = transformers.GPT2Config(vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4,
                                      n_positions=64, bos_token_id=eos, eos_token_id=eos,
-                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=tied)
     model = transformers.GPT2LMHeadModel(config).eval()
     with torch.no_grad():  # a random model's logits are nearly flat; sharpen them so generation is not a coin toss
         model.transformer.wte.weight.mul_(8.0)
@@ -117,6 +118,41 @@ def test_the_command_line_imports_and_generates(tmp_path, capsys):
     assert "has no model.safetensors" in capsys.readouterr().err
 
 
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpt2_source")
+    tiny_gpt2(root / "hf", seed=3)
+    return root / "hf"
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"n_head": 0}, "n_head must be a positive integer, got 0"),
+    ({"n_embd": "32"}, "n_embd must be a positive integer, got '32'"),
+    ({"activation_function": "quick_gelu"}, "activation_function 'quick_gelu' has no seqmap equivalent"),
+    ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon 1e-06 differs from seqmap's 1e-5"),
+    ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn are not "
+                                                "supported"),
+    ({"reorder_and_upcast_attn": True}, "are not supported"),
+    ({"eos_token_id": None}, "eos_token_id must be an integer id"),
+    ({"tie_word_embeddings": "no"}, "tie_word_embeddings must be true or false, got 'no'"),
+    ({"tie_word_embeddings": False}, r"the weight lm_head.weight is missing \(is config.json from the same model\?\)"),
+    ({"n_positions": 32}, r"wpe.weight has shape \(64, 32\), but config.json implies \(32, 32\)"),
+])
+def test_a_gpt2_config_seqmap_cannot_map_is_one_line_naming_the_field(gpt2_dir, tmp_path, changes, message):
+    """Options that would change what the model computes are refused, not ignored; nothing is written."""
+    import json
+    import shutil
+
+    source = tmp_path / "hf"
+    shutil.copytree(gpt2_dir, source)
+    config = json.loads((source / "config.json").read_text()) | changes
+    (source / "config.json").write_text(json.dumps(config))
+    with pytest.raises(HubError, match=message) as e:
+        import_hf(source, tmp_path / "run")
+    assert str(e.value).startswith(str(source)) and "\n" not in str(e.value)
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_tokenizer_of_another_model_is_one_line(tmp_path):
     import json
 
@@ -174,6 +210,31 @@ def test_import_then_export_gives_back_the_same_model(tmp_path, capsys):
         for beam in (1, 5):
             kw = dict(do_sample=False, num_beams=beam, max_new_tokens=10, pad_token_id=fast.eos_token_id)
             assert back.generate(torch.tensor([ids]), **kw).tolist() == hf.generate(torch.tensor([ids]), **kw).tolist()
+
+
+def test_an_untied_output_layer_is_imported_and_exported_as_its_own(tmp_path):
+    """``tie_word_embeddings: false``: the logits come from ``lm_head``, not from the embedding table (once they
+    silently did), and the export writes ``lm_head`` back."""
+    hf, fast = tiny_gpt2(tmp_path / "hf", seed=5, tied=False)
+    assert hf.lm_head.weight.data_ptr() != hf.transformer.wte.weight.data_ptr()
+    import_hf(tmp_path / "hf", tmp_path / "run")
+    run = load_run(tmp_path / "run")
+    assert run.cfg.model.tie_embeddings is False
+    text = "the dog met a cat"
+    ids, hf_ids = run.tgt_tok.encode(text), fast(text)["input_ids"]
+    columns = [i for i in range(run.tgt_tok.vocab_size) if run.tgt_tok.to_hf(i) is not None]
+    with torch.no_grad():
+        theirs = hf(torch.tensor([hf_ids])).logits[0]
+        ours = run.model(None, None, torch.tensor([ids]))[0]
+        torch.testing.assert_close(ours[:, columns], theirs[:, [run.tgt_tok.to_hf(i) for i in columns]], rtol=0,
+                                   atol=1e-5)
+    export_hf(run, tmp_path / "back")
+    back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "back").eval()
+    assert back.config.tie_word_embeddings is False
+    torch.testing.assert_close(back.lm_head.weight, hf.lm_head.weight, rtol=0, atol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(back(torch.tensor([hf_ids])).logits, hf(torch.tensor([hf_ids])).logits, rtol=0,
+                                   atol=1e-5)
 
 
 def test_a_seqmap_trained_language_model_exports_to_gpt2(tmp_path):

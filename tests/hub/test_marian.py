@@ -72,9 +72,15 @@ def tiny_marian(directory, seed: int = 0):
 
 
 @pytest.fixture(scope="module")
-def imported(tmp_path_factory):
+def marian(tmp_path_factory):
     root = tmp_path_factory.mktemp("marian")
     hf, tok = tiny_marian(root)
+    return hf, tok, root
+
+
+@pytest.fixture(scope="module")
+def imported(marian):
+    hf, tok, root = marian
     import_hf(root / "hf", root / "run")
     return hf, tok, load_run(root / "run")
 
@@ -124,3 +130,32 @@ def test_missing_marian_files_are_one_line(tmp_path):
     (tmp_path / "hf" / "vocab.json").unlink()
     with pytest.raises(HubError, match="vocab.json is missing"):
         import_hf(tmp_path / "hf", tmp_path / "run")
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"tie_word_embeddings": False}, "tie_word_embeddings false (separate embedding and output tables) is not "
+                                     "supported for Marian"),  # once imported with the shared table as output
+    ({"tie_word_embeddings": 0}, "tie_word_embeddings must be true or false, got 0"),
+    ({"decoder_attention_heads": 2}, "encoder_attention_heads and decoder_attention_heads differ"),
+    ({"decoder_ffn_dim": 32}, "encoder_ffn_dim and decoder_ffn_dim differ"),
+    ({"share_encoder_decoder_embeddings": False}, "separate source and target vocabularies are not supported"),
+    ({"activation_function": "tanh"}, "activation_function 'tanh' has no seqmap equivalent"),
+    ({"normalize_before": True}, "pre-LN / embedding-norm Marian variants are not supported"),
+    ({"d_model": 0}, "d_model must be a positive integer, got 0"),
+    ({"eos_token_id": None}, "eos_token_id must be an integer id"),
+    ({"decoder_start_token_id": 0}, "decoder_start_token_id differs from pad_token_id"),
+    ({"vocab_size": 99, "decoder_vocab_size": 99}, "but config.json's vocab_size is 99: the tokenizer does not "
+                                                    "belong to this model"),
+])
+def test_a_marian_config_seqmap_cannot_map_is_one_line_naming_the_field(marian, tmp_path, changes, message):
+    import re
+    import shutil
+
+    source = tmp_path / "hf"
+    shutil.copytree(marian[2] / "hf", source)
+    config = json.loads((source / "config.json").read_text()) | changes
+    (source / "config.json").write_text(json.dumps(config))
+    with pytest.raises(HubError, match=re.escape(message)) as e:
+        import_hf(source, tmp_path / "run")
+    assert str(e.value).startswith(str(source)) and "\n" not in str(e.value)
+    assert not (tmp_path / "run").exists()

@@ -73,3 +73,49 @@ def test_a_mistyped_local_path_that_looks_like_a_hub_name_says_there_is_no_such_
     with pytest.raises(HubError, match=r"^no local directory bad/nope, and it cannot be fetched from the Hugging "
                                        r"Face Hub \(OSError: no connection\)"):
         import_hf("bad/nope", tmp_path / "run")
+
+
+def test_a_sharded_checkpoint_imports_as_the_whole_one(tmp_path):
+    """``save_pretrained(max_shard_size=...)`` writes shards and an index: every shard is read; a missing one is
+    one line naming it."""
+    import torch
+
+    from seqmap.runs import load_run
+
+    hf, fast = tiny_gpt2(tmp_path / "whole", seed=6)
+    hf.save_pretrained(tmp_path / "sharded", max_shard_size="40KB")
+    fast.save_pretrained(tmp_path / "sharded")
+    shards = sorted(p.name for p in (tmp_path / "sharded").glob("model-*.safetensors"))
+    assert len(shards) >= 2 and not (tmp_path / "sharded" / "model.safetensors").exists()
+    import_hf(tmp_path / "whole", tmp_path / "run_whole")
+    import_hf(tmp_path / "sharded", tmp_path / "run_sharded")
+    whole, sharded = (load_run(tmp_path / f"run_{n}").model.state_dict() for n in ("whole", "sharded"))
+    assert whole.keys() == sharded.keys()
+    for name in whole:
+        assert torch.equal(whole[name], sharded[name]), name
+    (tmp_path / "sharded" / shards[-1]).unlink()
+    with pytest.raises(HubError, match=rf"{shards[-1]} is missing \(model.safetensors.index.json names it\); copy "
+                                       "every shard the index lists"):
+        import_hf(tmp_path / "sharded", tmp_path / "run_broken")
+
+
+def test_sources_seqmap_cannot_read_are_one_line(tmp_path):
+    tiny_gpt2(tmp_path / "hf")
+    with pytest.raises(HubError, match="config.json is a file; give the directory that save_pretrained wrote"):
+        import_hf(tmp_path / "hf" / "config.json", tmp_path / "run")
+    weights = tmp_path / "hf" / "model.safetensors"
+    weights.rename(tmp_path / "hf" / "pytorch_model.bin")  # what an old save_pretrained (a pickle) leaves
+    with pytest.raises(HubError, match=r"holds pytorch_model.bin \(a pickle\), which seqmap does not load; save it "
+                                       r"again with save_pretrained\(dir, safe_serialization=True\)"):
+        import_hf(tmp_path / "hf", tmp_path / "run")
+    config = tmp_path / "hf" / "config.json"
+    config.write_text('{"model_type": "gpt2",')
+    with pytest.raises(HubError, match=r"config.json is not valid JSON \("):
+        import_hf(tmp_path / "hf", tmp_path / "run")
+    config.write_text('["gpt2"]')
+    with pytest.raises(HubError, match="config.json must hold a JSON object"):
+        import_hf(tmp_path / "hf", tmp_path / "run")
+    config.unlink()
+    with pytest.raises(HubError, match="config.json is missing; a save_pretrained directory holds it"):
+        import_hf(tmp_path / "hf", tmp_path / "run")
+    assert not (tmp_path / "run").exists()

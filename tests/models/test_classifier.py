@@ -29,6 +29,28 @@ def test_extra_padding_does_not_change_the_prediction(pooling, positional):
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
+@pytest.mark.parametrize("positional", POSITIONALS)
+def test_an_empty_text_in_a_batch_gets_finite_logits_and_changes_nothing(pooling, positional):
+    """``collate_labels`` gives an empty text one PAD with mask False: no real key at all. Its logits are finite
+    (mean pooling: the mean of nothing is zero, so the head's bias; CLS: the class vector attends to itself), and
+    the other row reads as alone."""
+    from seqmap.data.batching import collate_labels
+
+    model = tiny(pooling, positional)
+    batch = collate_labels([([], 0), ([4, 5, 6], 1)])
+    assert batch.src_mask.tolist() == [[False, False, False], [True, True, True]]
+    with torch.no_grad():
+        logits = model(batch.src, batch.src_mask)
+        alone = model(torch.tensor([[4, 5, 6]]), None)
+        empty = model(torch.tensor([[0]]), torch.tensor([[False]]))
+    assert bool(logits.isfinite().all())
+    torch.testing.assert_close(logits[1], alone[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits[0], empty[0], atol=1e-5, rtol=1e-5)  # however much padding
+    if pooling == "mean":
+        torch.testing.assert_close(logits[0], model.head.bias, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_padded_keys_get_exactly_zero_attention(pooling):
     model = tiny(pooling)
     src = torch.tensor([[4, 5, 0, 0], [4, 5, 6, 7]])

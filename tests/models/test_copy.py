@@ -137,6 +137,26 @@ def test_a_word_outside_the_vocabulary_is_copied_through_extended_ids():
     assert decode_extended(tok, [v + 1, *tok.encode("tool")], oov) == "qq tool"
 
 
+def test_extended_ids_decode_between_words_and_for_a_char_tokenizer():
+    """A copied word after and between in-vocabulary words keeps its place; a char tokenizer joins without spaces;
+    an extended id past the source's OOV list is an error naming both."""
+    from seqmap.data.oov import decode_extended, extend_source
+    from seqmap.data.tokenizers import train_tokenizer
+
+    tok = train_tokenizer("word", ["install the tool now", "the tool"])
+    v = tok.vocab_size
+    ids, oov = extend_source(tok, "the tool zyxwv now qq")
+    assert oov == ["zyxwv", "qq"] and ids[2] == v and ids[4] == v + 1
+    assert decode_extended(tok, ids, oov) == "the tool zyxwv now qq"
+    assert decode_extended(tok, [v + 1, v, *tok.encode("the")], oov) == "qq zyxwv the"
+    with pytest.raises(ValueError, match=f"extended id {v + 2} names OOV piece 2, but the source has 2"):
+        decode_extended(tok, [*tok.encode("the"), v + 2], oov)
+    chars = train_tokenizer("char", ["ab c", "cab"])
+    ids, oov = extend_source(chars, "a€b ¥c")
+    assert oov == ["€", "¥"] and ids.count(chars.vocab_size) == 1
+    assert decode_extended(chars, ids, oov) == "a€b ¥c"
+
+
 def test_copy_attention_for_plots_is_what_the_output_mixes():
     """``copy_attention`` gives the weights and p_gen that ``forward`` mixes: mixing them again gives its output."""
     model = make()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
+from seqmap.config import ConfigError, ModelConfig
 from seqmap.data.graphs import Graph, add_self_loops
+from seqmap.models.builder import build_model
 from seqmap.models.gat import GAT
 
 N, FIN, C = 12, 7, 3
@@ -82,3 +85,20 @@ def test_overfits_a_tiny_graph():
                 p -= 1.0 * grad
     assert loss.item() < 0.01
     assert (logits.argmax(-1) == g.labels).all()
+
+
+def test_the_builder_makes_the_gat_of_the_config_and_names_missing_sizes():
+    """``build_model`` for ``family: gat``: n_heads heads of d_model / n_heads features, out_heads output heads;
+    the sizes ``seqmap train`` sets from the graph are one line naming the option when missing."""
+    cfg = dict(family="gat", d_model=12, n_heads=3, out_heads=2, dropout=0.0, attention_dropout=0.0)
+    model = build_model(ModelConfig(n_features=FIN, n_classes=C, **cfg)).eval()
+    assert isinstance(model, GAT)
+    g = _graph()
+    logits, (w1, w2) = model.attention(g.features, g.edge_index)
+    assert logits.shape == (N, C) and w1.shape == (g.num_edges, 3) and w2.shape == (g.num_edges, 2)
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in GAT(
+        FIN, C, hidden=4, heads=3, out_heads=2).parameters())
+    with pytest.raises(ConfigError, match=r"model.n_features must be set \(> 0\)"):
+        build_model(ModelConfig(n_classes=C, **cfg))
+    with pytest.raises(ConfigError, match="model.n_classes must be at least 2 .*, got 1"):
+        build_model(ModelConfig(n_features=FIN, n_classes=1, **cfg))

@@ -96,6 +96,34 @@ def test_config_errors_name_the_option():
         ModelConfig(family="speech", spec_augment=[1, 2])
     with pytest.raises(ConfigError, match="model.sample_rate must be set"):
         build_model(ModelConfig(family="speech", tgt_vocab=10))
+    with pytest.raises(ConfigError, match=r"model.window_ms=0.5 / hop_ms=10.0 at 8000 Hz give windows of 4 and hops "
+                                          "of 80 samples; lengthen them"):
+        build_model(ModelConfig(family="speech", tgt_vocab=10, sample_rate=8000, window_ms=0.5))
+    with pytest.raises(ConfigError, match=r"hops of 0 samples"):
+        build_model(ModelConfig(family="speech", tgt_vocab=10, sample_rate=8000, hop_ms=0.05))
+    with pytest.raises(ConfigError, match=r"model.n_mels=6 is too few for the 4x subsampling; use at least 7"):
+        build_model(ModelConfig(family="speech", tgt_vocab=10, sample_rate=8000, n_mels=6))
+    assert build_model(ModelConfig(family="speech", tgt_vocab=10, sample_rate=8000, n_mels=7, d_model=16, n_heads=2,
+                                   d_ff=16, conv_channels=2)).frontend.subsample.proj.in_features == 2  # one band
+
+
+def test_a_row_with_no_whole_frame_changes_nothing_for_the_others():
+    """A 100-sample clip beside a long one: no real encoder frame, finite outputs everywhere, the long row as alone.
+    Features of a clip shorter than one window are one masked frame."""
+    m = model()
+    src, mask = pad_waves(waves(3000, 100))
+    tgt = torch.tensor([[1, 5, 6], [1, 7, 8]])
+    with torch.no_grad():
+        memory = m.encode(src, mask)
+        batched, alone = m(src, mask, tgt), m(src[:1, :3000], None, tgt[:1])
+        feats, feats_mask = m.frontend.features(torch.zeros(1, 50), None)
+    assert memory.mask.sum(1).tolist() == [m.frontend.frame_lengths(torch.tensor([3000])).item(), 0]
+    assert bool(batched.isfinite().all())
+    torch.testing.assert_close(batched[0], alone[0], rtol=1e-4, atol=1e-4)
+    assert feats.shape == (1, 1, 16) and feats_mask.tolist() == [[False]] and feats.abs().max() == 0
+    with pytest.raises(ValueError, match=f"audio too short: 100 samples give no frame after subsampling; an "
+                                         f"utterance needs at least {m.frontend.min_samples} samples"):
+        m.encode(src[1:, :100], None)
 
 
 def test_ctc_loss_reads_the_targets_without_eos_and_padding():

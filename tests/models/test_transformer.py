@@ -224,6 +224,36 @@ def test_builder_errors_name_the_option(cfg, message):
         make("transformer", **cfg)
 
 
+@pytest.mark.parametrize("family, cfg, message", [
+    ("transformer", dict(positional="relative", relative_clip=-1), r"^model\.relative_clip=-1 must be >= 0"),
+    ("transformer", dict(positional="t5", t5_buckets=3), r"^model\.t5_buckets=3 is too small; use at least 4"),
+    ("lm", dict(positional="t5", t5_buckets=1), r"^model\.t5_buckets=1 is too small; use at least 2"),
+    ("lm", dict(positional="t5", t5_buckets=8, t5_max_distance=4), r"^model\.t5_max_distance=4 must exceed the 4 "),
+    ("transformer", dict(positional="rope", rope_base=0.0), r"^model\.rope_base=0\.0 must be > 1"),
+    ("lm", dict(positional="rope", rope_base=-5.0), r"^model\.rope_base=-5\.0 must be > 1"),
+    ("lm", dict(positional="rope", rope_base=1.0), r"^model\.rope_base=1\.0 must be > 1"),
+])
+def test_bad_positional_options_are_config_errors_naming_the_option(family, cfg, message):
+    """The options of a positional scheme are checked where the scheme is built: a ConfigError (one line from the
+    command line, never a traceback) naming ``model.<option>``. A RoPE base <= 1 once built NaN (base <= 0) or
+    equal (base 1) angles without a word."""
+    with pytest.raises(ConfigError, match=message):
+        make(family, **cfg)
+
+
+def test_the_edges_of_the_positional_options_build():
+    """The smallest accepted values: clip 0 (every offset is one), the fewest buckets, a base just above 1."""
+    src, src_mask, tgt = batch()
+    for family, cfg in [("transformer", dict(positional="relative", relative_clip=0)),
+                        ("transformer", dict(positional="t5", t5_buckets=4, t5_max_distance=3)),
+                        ("lm", dict(positional="t5", t5_buckets=2, t5_max_distance=2)),
+                        ("lm", dict(positional="rope", rope_base=1.5))]:
+        model = make(family, **cfg)
+        with torch.no_grad():
+            out = model(None, None, tgt) if family == "lm" else model(src, src_mask, tgt)
+        assert out.shape == (3, 6, TGT_V) and bool(out.isfinite().all()), (family, cfg)
+
+
 @pytest.mark.parametrize("cfg, message", [
     (dict(d_model=30, n_heads=4), "divisible"),
     (dict(n_kv_heads=3), "n_kv_heads"),

@@ -73,11 +73,25 @@ def test_vit_classifies_each_image_alone():
     (dict(max_len=5), "model.max_len=5 learned positions cannot cover the 10 patches + CLS"),
     (dict(image_height=0), "model.image_channels/image_height/image_width must be set"),
     (dict(n_classes=1), "model.n_classes must be at least 2"),
+    (dict(pixel_mean=[127.0, 127.0], pixel_std=[60.0, 60.0]),
+     "model.pixel_mean and model.pixel_std must hold 1 numbers each (one per channel, model.image_channels), std > 0; "
+     "got [127.0, 127.0] and [60.0, 60.0]"),  # once a ValueError traceback from PatchEmbedding
+    (dict(pixel_std=[0.0]), "std > 0; got [127.0] and [0.0]"),
+    (dict(pixel_std=[]), "model.pixel_mean and model.pixel_std go together (got [127.0] and []): give both, or "
+                         "neither"),  # once built with std 1 without a word
 ])
 def test_vit_config_errors(kw, message):
     with pytest.raises(ConfigError) as e:
         build_model(_cfg(**kw))
     assert message in str(e.value)
+
+
+def test_without_pixel_statistics_the_pixels_are_not_normalised():
+    model = build_model(_cfg(pixel_mean=[], pixel_std=[]))
+    assert model.encoder.embedding.mean.flatten().tolist() == [0.0]
+    assert model.encoder.embedding.std.flatten().tolist() == [1.0]
+    colour = build_model(_cfg(image_channels=3, pixel_mean=[1.0, 2.0, 3.0], pixel_std=[4.0, 5.0, 6.0]))
+    assert colour.encoder.embedding.std.flatten().tolist() == [4.0, 5.0, 6.0]
 
 
 def test_every_positional_scheme_builds_a_vit():

@@ -94,6 +94,14 @@ def test_learned_past_max_len_raises_naming_the_option():
 
 
 # -- RoPE ---------------------------------------------------------------------------
+@pytest.mark.parametrize("base", [0.0, -2.0, 1.0, 0.5, float("nan")])
+def test_rope_refuses_a_base_that_gives_no_usable_angles(base):
+    """base <= 0 made NaN angles, which the fused attention kernel turned into finite but meaningless outputs."""
+    with pytest.raises(ValueError, match=rf"rope_base={base} must be > 1 \(10000 in the paper\)"):
+        RotaryPositional(8, max_len=4, base=base)
+    assert RotaryPositional(8, max_len=4, base=1.0001).cos.isfinite().all()
+
+
 def test_rope_rotates_pair_i_by_pos_times_theta_i():
     """Half-split: dim i pairs with dim i + Dh/2 and turns by pos * base^(-2i/Dh)."""
     dh, base = 8, 10000.0

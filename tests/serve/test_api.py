@@ -360,6 +360,52 @@ def test_a_recurrent_lm_generates_and_says_it_has_no_attention(tmp_path):
         assert out["text"] == expected[0]
 
 
+@pytest.mark.parametrize("rnn_attention", ["none", "bahdanau"])
+def test_an_rnn_translation_run_is_served_and_says_whether_it_has_attention(tmp_path, rnn_attention):
+    """An RNN encoder-decoder: /info gives its recurrent sizes; attention=true is a 409 naming the field when it has
+    no attention, else the forced-decoding attention (one layer, one head) of its translation."""
+    from seqmap.config import DataConfig, ModelConfig, RunConfig, to_dict
+    from seqmap.data.tokenizers import train_tokenizer
+    from seqmap.models.builder import build_model
+    from seqmap.runs import load_run
+    from seqmap.training.checkpoint import save_checkpoint
+
+    tok = train_tokenizer("word", ["a b c d e", "e d c b a"])
+    cfg = RunConfig(model=ModelConfig(family="rnn", src_vocab=tok.vocab_size, tgt_vocab=tok.vocab_size, emb_size=8,
+                                      hidden_size=8, enc_layers=1, dec_layers=1, rnn_cell="gru",
+                                      rnn_attention=rnn_attention),
+                    data=DataConfig(tokenizer="word"))
+    torch.manual_seed(0)
+    tok.save(tmp_path / "tok")
+    save_checkpoint(tmp_path / "ckpt", model=build_model(cfg.model), trainer_state={}, config=to_dict(cfg),
+                    tokenizer_dir=tmp_path / "tok")
+    run = load_run(tmp_path / "ckpt")
+    with TestClient(create_app(run)) as client:
+        info = client.get("/info").json()
+        assert info["family"] == "rnn" and info["sizes"] == {
+            "rnn_cell": "gru", "emb_size": 8, "hidden_size": 8, "enc_layers": 1, "dec_layers": 1,
+            "bidirectional": cfg.model.bidirectional, "rnn_attention": rnn_attention}
+        assert info["attention"]["available"] is (rnn_attention != "none")
+        plain = client.post("/translate", json={"text": "a b c"})
+        assert plain.status_code == 200, plain.text
+        (expected,) = translate_texts(run.model, tok, tok, ["a b c"], run.cfg.decode)
+        assert plain.json()["translations"][0]["translation"] == expected
+        asked = client.post("/translate", json={"text": "a b c", "attention": True})
+    if rnn_attention == "none":
+        assert asked.status_code == 409
+        assert asked.json()["detail"] == ("this model has no attention (an RNN with rnn_attention=none); send "
+                                          "attention=false")
+    else:
+        assert asked.status_code == 200, asked.text
+        (result,) = asked.json()["translations"]
+        weights = torch.tensor(result["attention"]["weights"])
+        hyp = tok.encode(expected)
+        assert weights.shape[-2:] == (len(hyp) + 1, 3)  # output tokens + EOS over "a b c"
+        forced = forced_attention(run.model, tok.encode("a b c"), hyp)
+        assert torch.allclose(weights.reshape(forced.shape), forced, atol=1e-4)  # the JSON keeps 4 decimals
+        assert (result["attention"]["layers"], result["attention"]["heads"]) == (1, 1)
+
+
 def test_attention_beyond_the_size_limit_is_a_422_before_decoding(translation_run, lm_run):
     limits = Limits(max_chars=40, max_texts=4, max_beam=4, max_new_tokens=30, max_attention_weights=300)
     with TestClient(create_app(translation_run, limits=limits, max_batch=8, wait_ms=2)) as tc:

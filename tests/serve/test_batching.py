@@ -75,6 +75,40 @@ def test_an_error_fails_only_its_own_request_and_the_worker_goes_on():
     assert batcher.stats.failed_batches == 2 and batcher.stats.failed_requests == 1  # the batch, then "bad" alone
 
 
+def test_a_batch_with_a_result_missing_fails_only_that_request_and_never_hangs():
+    """run_batch must give one result per payload: a batch that gives fewer is retried one request at a time, so
+    the request whose result is missing gets an error naming the counts, the others their results."""
+    calls = []
+
+    def run_batch(key, payloads):
+        calls.append(list(payloads))
+        return [f"{key}:{p}" for p in payloads if p != "lost"]
+
+    batcher = Batcher(run_batch, max_batch=8, wait_ms=100)
+    batcher.start()
+    try:
+        results = asyncio.run(submit_all(batcher, [("k", "a", 1), ("k", "lost", 1), ("k", "b", 1)]))
+    finally:
+        batcher.stop()
+    assert results[0] == "k:a" and results[2] == "k:b"
+    assert isinstance(results[1], RuntimeError)
+    assert str(results[1]) == "run_batch returned 0 results for 1 requests"
+    assert calls == [["a", "lost", "b"], ["a"], ["lost"], ["b"]]
+    assert batcher.stats.failed_batches == 2 and batcher.stats.failed_requests == 1
+
+
+def test_the_batcher_refuses_bad_settings_and_requests_before_start():
+    for kwargs, message in [(dict(max_batch=0), "max_batch must be >= 1, got 0"),
+                            (dict(max_waiting=0), "max_waiting must be >= 1, got 0"),
+                            (dict(wait_ms=-1.0), "wait_ms must be >= 0, got -1.0")]:
+        with pytest.raises(ValueError, match=message):
+            Batcher(lambda key, payloads: payloads, **kwargs)
+    batcher = Batcher(lambda key, payloads: payloads)
+    with pytest.raises(RuntimeError, match=r"the batcher is not running; call start\(\) first"):
+        asyncio.run(batcher.submit("k", "a"))
+    assert batcher.stop() is True  # stopping a batcher that never started is a no-op
+
+
 def test_max_batch_one_serves_one_request_at_a_time():
     batcher, calls = recording_batcher(max_batch=1, wait_ms=50)
     batcher.start()

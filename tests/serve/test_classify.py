@@ -70,6 +70,34 @@ def test_text_attention_is_the_class_tokens(text_client, text_classifier_run):
     assert sum(att["rollout"]) == pytest.approx(1.0, abs=1e-3)
 
 
+def test_a_mean_pooled_classifier_refuses_attention_in_one_409_and_still_classifies(text_classifier_run):
+    """Attention maps read the class token's row; a model that pools by mean has none: 409 naming the field."""
+    import dataclasses
+
+    from seqmap.models.builder import build_model
+
+    run = text_classifier_run
+    model_cfg = dataclasses.replace(run.cfg.model, pooling="mean")
+    torch.manual_seed(0)
+    mean_run = dataclasses.replace(run, cfg=dataclasses.replace(run.cfg, model=model_cfg),
+                                   model=build_model(model_cfg).eval())
+    with TestClient(create_app(mean_run, limits=LIMITS, max_batch=8, wait_ms=2)) as client:
+        refused = client.post("/classify", json={"text": "a b red c", "attention": True})
+        answered = client.post("/classify", json={"text": "a b red c"})
+        info = client.get("/info").json()
+    assert refused.status_code == 409 and refused.json()["field"] == "attention"
+    assert refused.json()["detail"] == ("this model pools by mean (model.pooling=mean) and has no class token to read "
+                                        "attention from; send attention=false")
+    assert answered.status_code == 200, answered.text
+    batch = collate_labels([(run.src_tok.encode("a b red c"), 0)])
+    with torch.no_grad():
+        probs = mean_run.model(batch.src, batch.src_mask).softmax(-1)[0]
+    (answer,) = answered.json()["classifications"]
+    assert answer["label"] == run.labels.decode(int(probs.argmax()))
+    assert answer["probability"] == pytest.approx(float(probs.max()), abs=1e-4)
+    assert info["attention"]["available"] is False
+
+
 def test_images_are_classified_and_their_patches_weighted(image_client, image_classifier_run):
     answer = image_client.post("/classify", json={"image": [png(bar(0)), png(bar(3)), png(bar(6))],
                                                    "attention": True}).json()["classifications"]

@@ -35,6 +35,10 @@ def test_defaults_bind_to_loopback():
     (["--max-audio-seconds", "nan"], "--max-audio-seconds must be > 0"),
     (["--max-body-bytes", "0"], "--max-body-bytes must be >= 1"),
     (["--device", "toaster"], "--device 'toaster' is not a device"),
+    (["--quantize", "int4"], "--quantize 'int4' with --device cpu: use --quantize none, or int8 on the CPU"),
+    (["--quantize", "int8", "--device", "cuda"], "--quantize 'int8' with --device cuda: use --quantize none"),
+    (["--ct2", "x", "--device", "cuda:0"], "--ct2 runs CTranslate2 on the CPU; leave out --device cuda:0 or --ct2"),
+    (["--max-waiting", "0"], "--max-waiting must be >= 1, got 0"),
 ])
 def test_bad_options_are_one_line_errors(translation_run_dir, capsys, extra, words):
     assert main(parse(["serve", str(translation_run_dir), *extra])) == 2
@@ -86,3 +90,44 @@ def test_a_speech_run_is_served_with_its_audio_limit(speech_run_dir, monkeypatch
         assert info["limits"]["max_body_bytes"] == 2_600_000  # a 60 s WAV of 16-bit 16 kHz audio, base64
         assert client.post("/generate", json={"prompt": "a"}).json()["detail"].endswith(
             "POST /transcribe with base64 audio files instead")
+
+
+def test_a_graph_run_is_refused_in_one_line(tmp_path, capsys):
+    """A GAT run classifies the nodes of its one graph: nothing a request could send, so serve says what to use."""
+    import os
+
+    import numpy as np
+
+    from seqmap.config import RunConfig, from_dict
+    from seqmap.training.run_trainer import train
+
+    n = 12
+    ring = np.stack([np.arange(n), (np.arange(n) + 1) % n])
+    np.savez(tmp_path / "g.npz", features=np.eye(n, 4, dtype=np.float32), labels=np.arange(n) % 2,
+             edge_index=np.concatenate([ring, ring[::-1]], axis=1), train_idx=np.arange(6), val_idx=np.arange(6, 9),
+             test_idx=np.arange(9, 12))
+    cfg = from_dict(RunConfig, {"model": {"family": "gat", "d_model": 4, "n_heads": 2},
+                                "data": {"task": "graph", "train": str(tmp_path / "g.npz")},
+                                "train": {"max_steps": 2, "valid_every": 2, "warmup": 0, "schedule": "constant",
+                                          "device": "cpu"}})
+    with open(os.devnull, "w") as devnull:
+        train(cfg, tmp_path / "run", stream=devnull)
+    assert main(parse(["serve", str(tmp_path / "run")])) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"seqmap: error: {tmp_path / 'run'} is a graph (GAT) run; the server translates")
+    assert "seqmap plot attention --node" in err and err.count("\n") == 1
+
+
+def test_python_dash_m_seqmap_serve_is_the_serve_command(tmp_path):
+    """``python -m seqmap.serve RUN_DIR``: the same options and one-line errors (exit 2) as ``seqmap serve``."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "seqmap.serve", str(tmp_path / "nowhere"), "--port", "8125"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"seqmap: error: {tmp_path / 'nowhere'} is not a run directory or a checkpoint directory\n"
+    bad = subprocess.run([sys.executable, "-m", "seqmap.serve", "x", "--prot", "1"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("usage: python -m seqmap.serve ")
+    assert "unrecognized arguments: --prot 1" in bad.stderr

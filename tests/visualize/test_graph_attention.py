@@ -57,3 +57,49 @@ def test_head_selection():
         select_heads(per_layer, None, 1)
     with pytest.raises(ValueError, match="layer 2 is out of range"):
         select_heads(per_layer, 2, None)
+
+
+def _run(model, form: str = "sparse"):
+    """What plot_node_attention reads of a loaded graph run."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(model=model, device=torch.device("cpu"),
+                           cfg=SimpleNamespace(model=SimpleNamespace(graph_attention=form)))
+
+
+def _panels(fig) -> list:
+    return [ax for ax in fig.axes if ax.get_label() == "graph attention"]
+
+
+@pytest.mark.parametrize("form", ["sparse", "dense"])
+def test_plot_node_attention_draws_a_panel_per_layer_or_one(tmp_path, form):
+    from seqmap.visualize import plot_node_attention
+
+    data = _data()
+    torch.manual_seed(0)
+    run = _run(GAT(6, 2, hidden=4, heads=3, out_heads=2), form)
+    fig = plot_node_attention(run, data, 5, tmp_path / "all.png")
+    assert (tmp_path / "all.png").stat().st_size > 0
+    assert [ax.get_title() for ax in _panels(fig)] == ["layer 0, mean of 3 heads", "layer 1, mean of 2 heads"]
+    assert fig.get_suptitle().startswith("node 5 (gold class 1, predicted ")
+    assert fig.get_suptitle().endswith("attention over its 4 in-neighbours (self-loop included)")
+    one = plot_node_attention(run, data, 5, tmp_path / "one.svg", layer=0, head=1, title="mine")
+    assert [ax.get_title() for ax in _panels(one)] == ["layer 0, head 1"] and one.get_suptitle() == "mine"
+    assert (tmp_path / "one.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_plot_node_attention_errors_name_the_node(tmp_path):
+    from seqmap.visualize import plot_node_attention
+
+    edges = torch.tensor([[0, 1, 2], [3, 3, 0]])  # node 3 attends 0 and 1 but has no self-loop; 1 has no in-edge
+    idx = torch.arange(4)
+    data = GraphData(Graph(torch.rand(4, 6), idx % 2, edges, idx[:2], idx[2:3], idx[3:], name="tiny"))
+    run = _run(GAT(6, 2, hidden=4, heads=2))
+    with pytest.raises(ValueError, match=r"node 4 is out of range: tiny has 4 nodes \(ids 0..3\)"):
+        plot_node_attention(run, data, 4, tmp_path / "x.png")
+    with pytest.raises(ValueError, match=r"node 1 has no incoming edge \(not even a self-loop\): nothing to plot"):
+        plot_node_attention(run, data, 1, tmp_path / "x.png")
+    with pytest.raises(ValueError, match=r"x.jpg: the plot format comes from the file suffix; use one of .png, .svg"):
+        plot_node_attention(run, data, 3, tmp_path / "x.jpg")
+    fig = plot_node_attention(run, data, 3, tmp_path / "x.png")  # no self weight: the centre has no ring
+    assert "its 2 in-neighbours" in fig.get_suptitle() and not (tmp_path / "x.jpg").exists()

@@ -216,12 +216,133 @@ def test_run_language_model_plots_its_self_attention(tmp_path):
     assert {"<s>", "a", "small", "house"} <= set(svg_texts(tmp_path / "lm.svg"))
 
 
+def test_run_classifier_plots_its_self_attention_with_the_class_token(tmp_path):
+    """A text classifier has one attention, its encoder's: both kinds plot it with <cls> first and the prediction in
+    the title; the text is read up to data.max_len as the classifier reads it; it has no decoder."""
+    from seqmap.data.labels import LabelSet
+    from seqmap.data.pipeline import classification_ids
+
+    tok = train_tokenizer("word", ["red green blue a b c"])
+    model_cfg = ModelConfig(family="classifier", src_vocab=tok.vocab_size, tgt_vocab=tok.vocab_size, d_model=16,
+                            n_heads=2, d_ff=32, enc_layers=2, dropout=0.0, n_classes=3)
+    torch.manual_seed(0)
+    run = LoadedRun(RunConfig(model=model_cfg, data=DataConfig(task="classification", max_len=3)),
+                    build_model(model_cfg).eval(), tok, tok, Path("."), torch.device("cpu"),
+                    LabelSet(("blue", "green", "red")))
+    fig = plot_run_attention(run, "a red b c", tmp_path / "cls.svg", layer=-1, head=0)
+    ids = classification_ids(tok, "a red b c", 3)
+    assert ids == tok.encode("a red b")  # the first max_len tokens
+    expected = run.model.encoder_attention(torch.tensor([ids]), None)[0, -1, 0]
+    (panel,) = heatmaps(fig)
+    np.testing.assert_allclose(panel.images[0].get_array(), expected.detach().numpy(), rtol=1e-6)
+    with torch.no_grad():
+        predicted = run.labels.decode(int(run.model(torch.tensor([ids]), None).argmax(-1)))
+    assert fig.get_suptitle() == f"self-attention, layer -1, head 0, predicted: {predicted}"
+    texts = svg_texts(tmp_path / "cls.svg")
+    assert {"<cls>", "a", "red", "b"} <= set(texts) and "c" not in texts
+    with pytest.raises(NoAttentionError, match="a classifier has no decoder"):
+        plot_run_attention(run, "a red", tmp_path / "x.png", which="decoder")
+    with pytest.raises(NoAttentionError, match=r"a language model has no encoder; plot its self-attention"):
+        plot_run_attention(tiny_run("lm", src_vocab=0), "a small house", tmp_path / "x.png", which="encoder")
+
+
 def test_run_without_attention_says_so(tmp_path):
     run = tiny_run("rnn", rnn_attention="none", enc_layers=1, dec_layers=1)
     with pytest.raises(NoAttentionError, match="the model has no attention to plot"):
         plot_run_attention(run, "ein Haus", tmp_path / "rnn.png", hypothesis="a house")
     with pytest.raises(NoAttentionError, match="no encoder self-attention"):
         plot_run_attention(run, "ein Haus", tmp_path / "rnn.png", which="encoder")
+
+
+# -- a Vision Transformer's attention over its image -------------------------------------------------------------
+
+def tiny_vit_run(pooling: str = "cls") -> LoadedRun:
+    from seqmap.data.labels import LabelSet
+
+    model_cfg = ModelConfig(family="vit", image_channels=1, image_height=8, image_width=8, patch_size=4, n_classes=3,
+                            d_model=16, n_heads=2, d_ff=32, enc_layers=2, dropout=0.0, pooling=pooling,
+                            positional="learned", max_len=8)
+    torch.manual_seed(0)
+    return LoadedRun(RunConfig(model=model_cfg, data=DataConfig(task="image")),
+                     build_model(model_cfg).eval(), None, None, Path("."), torch.device("cpu"),
+                     LabelSet(("left", "middle", "right")))
+
+
+def write_png(path: Path) -> Path:
+    from PIL import Image
+
+    pixels = np.zeros((8, 8), np.uint8)
+    pixels[:, 3:5] = 255  # a bright bar in the middle
+    Image.fromarray(pixels, mode="L").save(path)
+    return path
+
+
+def test_image_attention_draws_the_image_its_rollout_and_the_last_layer(tmp_path):
+    from seqmap.data.images import read_image_file
+    from seqmap.visualize import plot_image_attention
+    from seqmap.visualize.image_attention import cls_maps
+
+    run = tiny_vit_run()
+    image = write_png(tmp_path / "bar.png")
+    fig = plot_image_attention(run, image, tmp_path / "a.png", head=1)
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["image", "attention rollout", "last layer, CLS row (head 1)"]
+    x = read_image_file(image, "L", (8, 8))[None]
+    with torch.no_grad():
+        probs = run.model(x, None).softmax(-1)[0]
+        rolled, last = cls_maps(run.model.encoder_attention(x, None)[0], (2, 2), head=1)
+    k = int(probs.argmax())
+    assert fig.get_suptitle() == f"bar.png: predicted {run.labels.decode(k)} ({probs[k]:.3f})"
+    np.testing.assert_allclose(panels[1].images[1].get_array(), rolled.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(panels[2].images[1].get_array(), last.numpy(), rtol=1e-6)
+    assert abs(float(rolled.sum()) - 1.0) < 1e-5 and abs(float(last.sum()) - 1.0) < 1e-5
+    assert png_shape(tmp_path / "a.png") == (round(fig.get_figheight() * fig.dpi), round(fig.get_figwidth() * fig.dpi))
+
+
+def test_image_attention_errors_say_what_to_change(tmp_path):
+    from seqmap.visualize import plot_image_attention
+    from seqmap.visualize.image_attention import cls_maps
+
+    image = write_png(tmp_path / "bar.png")
+    with pytest.raises(ValueError, match=r"this run pools by mean \(model.pooling=mean\)"):
+        plot_image_attention(tiny_vit_run("mean"), image, tmp_path / "a.png")
+    with pytest.raises(ValueError, match="--head must be in 0..1, got 2"):
+        plot_image_attention(tiny_vit_run(), image, tmp_path / "a.png", head=2)
+    with pytest.raises(ValueError, match=r"expected 4 patches and a class token \(5 positions\), got 6"):
+        cls_maps(torch.rand(2, 2, 6, 6), (2, 2))
+    assert not (tmp_path / "a.png").exists()
+
+
+# -- a speech model's alignment over its spectrogram ----------------------------------------------------------------
+
+def test_speech_attention_draws_the_spectrogram_above_the_greedy_alignment(tmp_path):
+    """An untrained speech model: the plot shows what greedy decoding attended, token rows, on the audio's seconds."""
+    soundfile = pytest.importorskip("soundfile", reason="the speech extra is not installed")
+    pytest.importorskip("librosa", reason="the speech extra is not installed")
+    from seqmap.config import DecodeConfig
+    from seqmap.decoding.speech import transcribe_nbest
+    from seqmap.visualize import plot_speech_attention
+
+    tok = train_tokenizer("char", ["one two three"])
+    model_cfg = ModelConfig(family="speech", sample_rate=8000, tgt_vocab=tok.vocab_size, d_model=16, n_heads=2,
+                            d_ff=32, enc_layers=1, dec_layers=2, n_mels=16, conv_channels=4, dropout=0.0)
+    torch.manual_seed(0)
+    decode = DecodeConfig(beam_size=4, max_len_a=0.0, max_len_b=5)
+    run = LoadedRun(RunConfig(model=model_cfg, data=DataConfig(task="speech"), decode=decode),
+                    build_model(model_cfg).eval(), None, tok, Path("."), torch.device("cpu"))
+    wave = (0.3 * np.random.default_rng(0).standard_normal(4000)).astype(np.float32)  # half a second
+    soundfile.write(tmp_path / "u.wav", wave, 8000, subtype="FLOAT")
+    fig = plot_speech_attention(run, tmp_path / "u.wav", tmp_path / "a.png", layer=0, head=1)
+    greedy = transcribe_nbest(run.model, [wave], DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=5),
+                              need_attention=True)[0][0]
+    spectrogram, alignment = fig.axes[0], fig.axes[1]
+    rows = [t.get_text() for t in alignment.get_yticklabels()]
+    assert rows == [*tok.pieces(greedy.output), "</s>"][:len(rows)] and len(rows) >= 1
+    np.testing.assert_allclose(alignment.images[0].get_array(), greedy.attention[0, 1, :len(rows)].numpy(),
+                               rtol=1e-5, atol=1e-6)
+    assert alignment.get_xlim() == (0.0, 0.5) and spectrogram.images[0].get_array().shape[0] == 16  # mel bands
+    assert fig.get_suptitle() == f'u.wav: "{tok.decode(greedy.output)}" (cross-attention, layer 0, head 1)'
+    assert (tmp_path / "a.png").stat().st_size > 0
 
 
 # -- curves ------------------------------------------------------------------------------------------------------
