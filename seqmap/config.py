@@ -373,6 +373,12 @@ class TrainConfig:
         _choice("train", "precision", self.precision, ("auto", "fp32", "bf16", "fp16"))
         _choice("train", "optimizer", self.optimizer, ("adamw", "adam", "sgd"))
         _choice("train", "schedule", self.schedule, ("inverse_sqrt", "cosine", "constant", "step"))
+        if self.warmup < 0:
+            raise ConfigError(f"train.warmup must be >= 0 steps, got {self.warmup}")
+        if self.schedule == "cosine" and self.max_steps <= self.warmup:  # checked here, before the data is read
+            raise ConfigError(f"train.schedule=cosine decays from train.warmup to train.max_steps, so it needs "
+                              f"train.max_steps > train.warmup (got {self.max_steps} and {self.warmup}); raise "
+                              "train.max_steps, lower train.warmup, or use train.schedule=constant")
         if self.schedule == "step" and self.decay_every < 1:
             raise ConfigError("train.schedule=step needs train.decay_every >= 1 (steps between decays, e.g. one "
                               "epoch's steps) and train.decay_start (steps before the first decay), got "

@@ -116,6 +116,16 @@ def _system_name(run: LoadedRun) -> str:
     return f"{run.checkpoint.parent.parent.name} ({'copy' if run.cfg.model.copy else 'no copy'})"
 
 
+def check_summary_options(run: LoadedRun, lead_words: int | None) -> None:
+    """Before decoding: the summary baselines (``--lead``, ``--baseline-run``) need ROUGE, which reads Latin-script
+    targets, and the lead a length >= 0 (0: the training targets' median); a ValueError says which is amiss."""
+    if mt.tokenizer_for(run.cfg.data.tgt_lang) == "zh":
+        raise ValueError(f"ROUGE is not measured for target language {run.cfg.data.tgt_lang!r}; the summary "
+                         "baselines (--lead, --baseline-run) need a Latin-script target")
+    if lead_words is not None and lead_words < 0:
+        raise ValueError(f"--lead WORDS must be > 0 (or left out: the training targets' median), got {lead_words}")
+
+
 def summary_baselines(run: LoadedRun, src: str | Path, ref: str | Path, result: dict, *,
                       lead_words: int | None = 0, other: LoadedRun | None = None,
                       other_decode: DecodeConfig | None = None) -> list[tuple[str, dict]]:
@@ -124,14 +134,10 @@ def summary_baselines(run: LoadedRun, src: str | Path, ref: str | Path, result: 
 
     ``lead_words``: the lead's length; 0 = the median word count of the run's training targets, None = no lead.
     """
-    if "rougeL" not in result:
-        raise ValueError(f"ROUGE is not measured for target language {run.cfg.data.tgt_lang!r}; the summary "
-                         "baselines (--lead, --baseline-run) need a Latin-script target")
+    check_summary_options(run, lead_words)
     rows = [(_system_name(run), result)]
     pairs = read_parallel(src, ref, "--src", "--ref")
     if lead_words is not None:
-        if lead_words < 0:
-            raise ValueError(f"--lead WORDS must be > 0 (or left out: the training targets' median), got {lead_words}")
         words = lead_words or median_target_words(run.cfg.data)
         scores = lead_scores([s for s, _ in pairs], [r for _, r in pairs], words, run.cfg.data.tgt_lang)
         rows.append((scores["model"], scores))
@@ -217,6 +223,9 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
         raise ValueError(f"the tokenized references have {len(tok_refs)} lines but the references {len(refs)}")
     tokenize = bleu_tokenizer(run.cfg.data.tgt_lang, tokenize)
     other = None if compare_with is None else read_lines(compare_with, "--compare")
+    if other is not None and len(other) != len(sources):  # found before decoding, not after
+        raise ValueError(f"--compare {compare_with} has {len(other)} lines but there are {len(sources)} sources; "
+                         "give the other system's hypotheses of the same sentences, one per line")
     if translate is not None:
         nbest = translate([truncate_source(run.src_tok.encode(s), run.cfg.data.max_src_len) for s in sources],
                           n_best)

@@ -200,6 +200,8 @@ def macro_f1(predicted: Sequence[int], gold: Sequence[int], n_classes: int) -> f
     The definition of scikit-learn's ``f1_score(average="macro")`` over the labels that occur: a class
     with no true positive scores 0 (precision or recall undefined counts as 0).
     """
+    if not gold and not predicted:
+        raise ValueError("macro-F1 needs as many predictions as gold labels, and at least one (0, 0)")
     m = confusion_matrix(predicted, gold, n_classes)
     scores = []
     for c in range(n_classes):

@@ -61,6 +61,23 @@ def find_checkpoint(path: str | Path, which: str = "best") -> Path:
     return found
 
 
+def run_device(device: str | torch.device) -> torch.device:
+    """``device`` (``--device``) as a torch device this machine can use; a RunError naming it otherwise."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise RunError(f"--device {device!r} is not a device; use cpu, cuda or cuda:N") from None
+    if device.type == "meta":
+        raise RunError("--device meta holds no weights; use cpu, cuda or cuda:N")
+    if device.type != "cpu":
+        try:
+            torch.empty(0, device=device)  # a torch built without CUDA, no GPU, a GPU index beyond the count
+        except (RuntimeError, AssertionError) as e:
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]
+            raise RunError(f"--device {device} cannot be used here ({reason}); use --device cpu") from None
+    return device
+
+
 def load_run(path: str | Path, which: str = "best", device: str | torch.device = "cpu",
              quantize: str | None = None, pack: bool = True) -> LoadedRun:
     """Rebuild the model from a checkpoint's own config and load its weights and tokenizer.
@@ -90,6 +107,7 @@ def load_run(path: str | Path, which: str = "best", device: str | torch.device =
 
 def _load_run(path: str | Path, which: str, device: str | torch.device) -> LoadedRun:
     checkpoint = find_checkpoint(path, which)
+    device = run_device(device)  # before the weights are read
     try:
         cfg = from_dict(RunConfig, read_config(checkpoint))
     except ConfigError as e:
@@ -97,7 +115,6 @@ def _load_run(path: str | Path, which: str, device: str | torch.device) -> Loade
     model = build_model(cfg.model)
     if cfg.data.task == "graph":  # no tokens: the graph itself is the input (seqmap.data.pipeline.load_graph)
         load_checkpoint(checkpoint, model=model)
-        device = torch.device(device)
         return LoadedRun(cfg, model.to(device).eval(), None, None, checkpoint, device)
     tok_dir = checkpoint / TOKENIZER_DIR
     if not tok_dir.exists():
@@ -105,7 +122,6 @@ def _load_run(path: str | Path, which: str, device: str | torch.device) -> Loade
     task = cfg.data.task
     src_tok, tgt_tok = (None, None) if task == "image" else load_pair(tok_dir)
     load_checkpoint(checkpoint, model=model)
-    device = torch.device(device)
     model.to(device).eval()
     labels = LabelSet.load(tok_dir / LABELS_FILE) if task in CLASSIFICATION_TASKS else None
     return LoadedRun(cfg, model, None if task in ("lm", "speech") else src_tok, tgt_tok, checkpoint, device, labels)

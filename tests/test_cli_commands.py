@@ -46,6 +46,15 @@ def test_plot_positional_writes_an_image(tmp_path):
 def test_plot_needs_its_arguments(tmp_path, capsys):
     assert main(["plot", "curves", "--out", str(tmp_path / "c.png")]) == 2
     assert "RUN_DIR" in capsys.readouterr().err
+    assert main(["plot", "attention", str(tmp_path), "--out", str(tmp_path / "a.png")]) == 2
+    assert capsys.readouterr().err == ("seqmap: error: seqmap plot attention needs --text SENTENCE (an image "
+                                       "classifier: --image FILE; a graph run: --node ID; a speech run: --audio "
+                                       "FILE)\n")
+    # the hypothesis plot attention decodes follows the run's decode config: an override was ignored
+    assert main(["plot", "attention", str(tmp_path), "--text", "x", "--decode.beam_size", "4", "--out",
+                 str(tmp_path / "a.png")]) == 2
+    assert capsys.readouterr().err == ("seqmap: error: seqmap plot takes no --SECTION.KEY options; leave out "
+                                       "--decode.beam_size\n")
     assert main(["plot", "curves", str(tmp_path), "--out", str(tmp_path / "c.png")]) == 2
     assert "metrics.jsonl" in capsys.readouterr().err
 
@@ -72,3 +81,23 @@ def test_run_commands_accept_only_decode_overrides(tmp_path, capsys):
     assert main(["translate", str(ckpt), "abc", "--decode.beam_sise", "2"]) == 2
     assert "did you mean decode.beam_size" in capsys.readouterr().err
     assert main(["translate", str(ckpt), "abc", "--decode.beam_size", "2", "--decode.max_len_b", "3"]) == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "CONFIG", "--init", "A", "--resume", "B"],
+     "--init starts a new run from another run's weights; --resume continues a run: give one"),
+    (["train", "CONFIG", "--resume", "TMP"], "give either CONFIG or --resume RUN_DIR (a resumed run reads "
+                                             "RUN_DIR/config.yaml)"),
+    (["train", "--resume", "TMP"], "--resume TMP: no config.yaml there; is it a run directory?"),
+    (["train"], "give a CONFIG file to train, or --resume RUN_DIR to continue a run"),
+    (["train", "CONFIG", "--threads", "0"], "--threads must be > 0, got 0"),
+    (["data", "download"], "seqmap data download needs a dataset NAME (see `seqmap data list`)"),
+    (["average", "TMP", "--out", "TMP/avg"], "give at least two checkpoint directories to average"),
+])
+def test_usage_mistakes_are_one_line_before_any_work(tmp_path, capsys, args, message):
+    args = [str(tmp_path) if a == "TMP" else a.replace("TMP", str(tmp_path)) for a in args]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"seqmap: error: {message.replace('TMP', str(tmp_path))}\n"
+    assert list(tmp_path.iterdir()) == []

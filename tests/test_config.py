@@ -167,6 +167,13 @@ def test_an_override_is_a_section_and_a_key(key):
                                       "train.decay_every=0"),
     ({"train": {"max_steps": 0, "max_time": -1}}, "training never ends: set train.max_steps, train.max_epochs or "
                                                   "train.max_time (got 0, 0 and -1.0)"),
+    ({"train": {"schedule": "cosine", "max_steps": 0, "max_epochs": 3}},
+     "train.schedule=cosine decays from train.warmup to train.max_steps, so it needs train.max_steps > train.warmup "
+     "(got 0 and 1000); raise train.max_steps, lower train.warmup, or use train.schedule=constant"),
+    ({"train": {"schedule": "cosine", "max_steps": 50, "warmup": 50}},
+     "train.schedule=cosine decays from train.warmup to train.max_steps, so it needs train.max_steps > train.warmup "
+     "(got 50 and 50); raise train.max_steps, lower train.warmup, or use train.schedule=constant"),
+    ({"train": {"warmup": -1}}, "train.warmup must be >= 0 steps, got -1"),
     ({"model": {"copy": True}, "data": {"joint_vocab": False}},
      "model.copy=true copies source token ids into the target, so both sides need one vocabulary; set "
      "data.joint_vocab=true (got false), or model.copy=false"),
@@ -174,7 +181,8 @@ def test_an_override_is_a_section_and_a_key(key):
      "data.task=graph reads one .npz holding the graph and its train/val/test node ids: set data.train (and not "
      "data.valid / data.test), got data.train='g.npz', data.valid=None, data.test='t.npz'"),
 ], ids=["keep_last", "dropout", "attention_dropout", "ff_dropout", "rope", "pooler", "valid_size", "augment_shift",
-        "train-and-train_src", "valid_tgt-alone", "decay_every", "never-ends", "copy", "graph-splits"])
+        "train-and-train_src", "valid_tgt-alone", "decay_every", "never-ends", "cosine-without-max_steps",
+        "cosine-within-warmup", "warmup", "copy", "graph-splits"])
 def test_every_bad_value_is_repeated_in_its_message(data, message):
     """These named the option and what is allowed, but not the value given (train.keep_last: 0 said `must be >= 1`)."""
     with pytest.raises(ConfigError) as info:

@@ -243,3 +243,25 @@ def test_graph_config_mistakes_are_one_line(section, changes, message):
     with pytest.raises(ConfigError, match=None) as err:
         from_dict(RunConfig, cfg)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_evaluate_on_another_graph_or_a_missing_one_is_one_line(tmp_path, capsys):
+    graph, run_dir = write_graph(tmp_path / "g.npz"), tmp_path / "run"
+    assert main(["train", write(tmp_path, config(graph, max_steps=2)), "--run-dir", str(run_dir)]) == 0
+    capsys.readouterr()
+    rng = np.random.default_rng(1)
+    wider = write_graph(tmp_path / "wider.npz", features=rng.random((N, F_IN + 1)).astype(np.float32))
+    no_test = write_graph(tmp_path / "no_test.npz", test_idx=np.array([], dtype=np.int64))
+    (tmp_path / "g.npz").rename(tmp_path / "moved.npz")
+    for args, message in [
+        (["--data", wider], f"wider.npz has {F_IN + 1} features and {C} classes, but the run was trained on {F_IN} "
+                            f"and {C}; give the run's graph"),
+        (["--data", no_test], "no_test.npz: test_idx is empty; there are no test nodes to evaluate"),
+        (["--data", str(tmp_path / "nope.npz")], "nope.npz: no such file"),
+        ([], "(or give the graph with --data GRAPH.npz)"),  # the run's data.train has moved
+    ]:
+        assert main(["evaluate", str(run_dir), *args]) == 2, args
+        captured = capsys.readouterr()
+        assert captured.out == "" and message in captured.err and captured.err.count("\n") == 1, captured.err
+    assert main(["evaluate", str(run_dir), "--data", str(tmp_path / "moved.npz"), "--split", "train"]) == 0
+    assert "15 train nodes of moved" in capsys.readouterr().out

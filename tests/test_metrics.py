@@ -161,3 +161,32 @@ def test_rouge_reference_checks():
         rouge(["a", "b"], ["a"])
     with pytest.raises(TypeError):
         rouge("a b", "a b")
+
+
+def test_accuracy_macro_f1_and_the_confusion_matrix_of_a_classifier_match_scikit_learn():
+    """Macro-F1 averages the classes present in gold or predictions (scikit-learn's default labels): class 3
+    of 4 occurs nowhere and is not a zero in the mean."""
+    sklearn_metrics = pytest.importorskip("sklearn.metrics", reason="scikit-learn (the baseline extra) is missing")
+    from seqmap.metrics import accuracy, confusion_matrix, macro_f1
+
+    gold = [0, 0, 0, 1, 1, 2, 2, 2, 2, 0]
+    predicted = [0, 1, 0, 1, 2, 2, 2, 0, 1, 0]
+    assert confusion_matrix(predicted, gold, 4) == [[3, 1, 0, 0], [0, 1, 1, 0], [1, 1, 2, 0], [0, 0, 0, 0]]
+    assert accuracy(predicted, gold) == pytest.approx(60.0)
+    # class 0: 2*3/(4+4), class 1: 2*1/(2+3), class 2: 2*2/(4+3)
+    assert macro_f1(predicted, gold, 4) == pytest.approx(100 * (6 / 8 + 2 / 5 + 4 / 7) / 3)
+    assert macro_f1(predicted, gold, 4) == pytest.approx(100 * sklearn_metrics.f1_score(gold, predicted,
+                                                                                        average="macro"))
+    assert macro_f1([1, 1], [0, 0], 2) == 0.0  # no class right
+
+
+def test_classification_scores_of_nothing_are_an_error_naming_the_counts():
+    from seqmap.metrics import accuracy, macro_f1
+
+    needs = "needs as many predictions as gold labels, and at least one \\(0, 0\\)"
+    with pytest.raises(ValueError, match="accuracy " + needs):
+        accuracy([], [])
+    with pytest.raises(ValueError, match="macro-F1 " + needs):
+        macro_f1([], [], 3)  # was a ZeroDivisionError
+    with pytest.raises(ValueError, match="2 predictions for 1 gold labels"):
+        macro_f1([0, 1], [0], 2)

@@ -115,7 +115,17 @@ def test_bad_audio_and_speech_configs_are_one_line(tmp_path, capsys):
     assert main(["train", cfg, "--run-dir", str(run_dir), "--train.valid_every", "2"]) == 0
     capsys.readouterr()
     (tmp_path / "bad.wav").write_bytes(b"RIFF....WAVEjunk")
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "list.txt").write_text(str(tmp_path / "bad.wav") + "\n")
     for args, message in [
+        # --out as a folder, or inside a file: found before decoding (they were tracebacks after it)
+        (["evaluate", str(run_dir), "--out", str(tmp_path)], f"--out {tmp_path} is a directory; give a file path"),
+        (["evaluate", str(run_dir), "--out", str(tmp_path / "a_file" / "t.hyp")], "cannot write the transcripts to"),
+        (["evaluate", str(run_dir), "--src", "a.txt"], "--src is for translation runs; "
+                                                       f"{run_dir} is a speech run: leave out --src"),
+        (["transcribe", str(run_dir), str(tmp_path / "bad.wav"), "--input", str(tmp_path / "list.txt")],
+         "give audio files as arguments or --input LIST, not both"),
+        (["transcribe", str(run_dir)], "nothing to transcribe: give AUDIO files, or --input LIST"),
         (["transcribe", str(run_dir), str(tmp_path / "bad.wav")], "cannot read"),
         (["transcribe", str(run_dir), str(tmp_path / "none.wav")], "audio file not found"),
         (["transcribe", str(run_dir), wav_file(tmp_path / "short.wav", np.zeros(100, np.int16))], "too short"),

@@ -38,6 +38,7 @@ __all__ = ["USAGE_ERROR", "UserError", "build_parser", "main"]
 
 # in the order `seqmap --help` lists them
 VERBS = (train, translate, transcribe, evaluate, generate, classify, average, data, hub, plot, toy)
+NO_OVERRIDES = ("classify", "average", "data", "import", "export", "plot")  # verbs no --section.key reaches
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     if stray:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     args.overrides = overrides
+    if overrides and args.command in NO_OVERRIDES:  # they were ignored without a word
+        _report(f"error: seqmap {args.command} takes no --SECTION.KEY options; leave out {overrides[0].split('=')[0]}")
+        return USAGE_ERROR
     try:
         return args.handler(args)
     except (UserError, ConfigError, *_user_errors()) as e:

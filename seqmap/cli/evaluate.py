@@ -7,7 +7,7 @@ from pathlib import Path
 
 from seqmap.cli.common import UserError, decode_config, load, run_parser
 from seqmap.cli.ct2 import ct2_decoder, refuse_with_ct2
-from seqmap.cli.evaluate_tasks import evaluate_task
+from seqmap.cli.evaluate_tasks import check_out, evaluate_task, refuse_other_tasks_options
 
 
 def add_parser(commands) -> None:
@@ -52,30 +52,28 @@ def add_parser(commands) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from seqmap.data.corpus import read_lines
-    from seqmap.evaluation import check_documents, evaluate_files, rouge_line
+    from seqmap.evaluation import evaluate_files, rouge_line
 
     run = load(args)
     if args.ct2 is not None and run.cfg.data.task != "translation":
         raise UserError(f"--ct2 decodes translation runs; {args.run_dir} is data.task={run.cfg.data.task}: "
                         "leave out --ct2")
+    refuse_other_tasks_options(run, args)
     if run.cfg.data.task in ("graph", "speech", "classification", "image"):
         return evaluate_task(run, args)
-    if args.src is None or args.ref is None:
-        raise UserError("a translation run is evaluated on --src FILE and --ref FILE")
     if run.src_tok is None:
         raise UserError(f"{args.run_dir} is a language model; evaluate needs a translation run")
+    if args.src is None or args.ref is None:
+        raise UserError("a translation run is evaluated on --src FILE and --ref FILE")
     out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")
-    _check_out(out)
-    summarize = args.lead is not None or args.baseline_run is not None
+    check_out(out)
     decode = decode_config(run, args)
-    translate = None
     if args.ct2 is not None:
         refuse_with_ct2(args, {"--baseline-run": args.baseline_run is not None})
-        translate = ct2_decoder(run, args, decode)
+    summarize = args.lead is not None or args.baseline_run is not None
+    baselines = _baselines(run, args) if summarize else None  # their mistakes found before decoding
+    translate = None if args.ct2 is None else ct2_decoder(run, args, decode)
     try:
-        if summarize:
-            check_documents(read_lines(args.src, "--src"))
         result = evaluate_files(run, args.src, args.ref, decode, out, n_best=args.nbest,
                                 tokenize=args.tokenize, compare_with=args.compare, tok_ref=args.tok_ref,
                                 translate=translate)
@@ -96,30 +94,36 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         c = result["compare"]
         print(f"paired bootstrap against {args.compare}: BLEU {c['bleu']:.2f} vs {c['other_bleu']:.2f}, "
               f"p = {c['p_value']:.4f}   {c['signature']}")
-    if summarize:
-        _print_baselines(run, args, result)
+    if baselines is not None:
+        _print_baselines(run, args, result, *baselines)
     return 0
 
 
-def _check_out(out: Path) -> None:
-    """Before decoding: the hypothesis file's folder exists (or is made) and the path is not a folder."""
-    if out.is_dir():
-        raise UserError(f"--out {out} is a directory; give a file path, e.g. --out {out / 'test.hyp'}")
+def _baselines(run, args: argparse.Namespace) -> tuple:
+    """Before decoding, for --lead / --baseline-run: every document is there, ROUGE reads the target language,
+    the lead's length (WORDS, or the training targets' median) and the other run with its decode config."""
+    from seqmap.data.corpus import read_lines
+    from seqmap.evaluation import check_documents, check_summary_options, median_target_words
+
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot write the hypotheses to {out} ({e.strerror}: {e.filename}); give --out a path "
-                        "in a writable folder") from None
+        check_summary_options(run, args.lead)
+        check_documents(read_lines(args.src, "--src"))
+        words = None if args.lead is None else args.lead or median_target_words(run.cfg.data)
+    except (OSError, ValueError) as e:  # no ROUGE for the language, --lead below 0, unreadable data.train
+        raise UserError(str(e)) from None
+    if args.baseline_run is None:
+        return words, None, None
+    other = load(argparse.Namespace(**{**vars(args), "run_dir": args.baseline_run}), task="translation")
+    return words, other, decode_config(other, args)
 
 
-def _print_baselines(run, args: argparse.Namespace, result: dict) -> None:
+def _print_baselines(run, args: argparse.Namespace, result: dict, words, other, other_decode) -> None:
     """The lead baseline and/or another run on the same documents, in one table with this run."""
     from seqmap.evaluation import summary_baselines, summary_table
 
-    other = load(argparse.Namespace(**{**vars(args), "run_dir": args.baseline_run})) if args.baseline_run else None
     try:
-        rows = summary_baselines(run, args.src, args.ref, result, lead_words=args.lead, other=other,
-                                 other_decode=None if other is None else decode_config(other, args))
-    except (OSError, ValueError) as e:  # no ROUGE for the language, unreadable data.train, --lead below 0
+        rows = summary_baselines(run, args.src, args.ref, result, lead_words=words, other=other,
+                                 other_decode=other_decode)
+    except (OSError, ValueError) as e:  # the other run's decoding options
         raise UserError(str(e)) from None
     print(f"the same {result['sentences']} documents ({result['rouge_signature']}):", *summary_table(rows), sep="\n")

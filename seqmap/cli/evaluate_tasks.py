@@ -7,6 +7,38 @@ from pathlib import Path
 
 from seqmap.cli.common import UserError, decode_config
 
+TRANSLATION = ("translation",)
+OPTION_TASKS = {  # evaluate's options (attribute, flag) and the data.task values whose evaluation reads them
+    ("src", "--src"): TRANSLATION, ("ref", "--ref"): TRANSLATION, ("nbest", "--nbest"): TRANSLATION,
+    ("tokenize", "--tokenize"): TRANSLATION, ("tok_ref", "--tok-ref"): TRANSLATION,
+    ("compare", "--compare"): TRANSLATION, ("lead", "--lead"): TRANSLATION,
+    ("baseline_run", "--baseline-run"): TRANSLATION, ("out", "--out"): ("translation", "speech"),
+    ("data", "--data"): ("classification", "image", "graph", "speech"), ("split", "--split"): ("graph",),
+    ("confusion", "--confusion"): ("classification", "image", "graph"),
+    ("no_baseline", "--no-baseline"): ("classification", "image"),
+}
+KINDS = {"translation": ("a translation run", "translation runs"), "classification": ("a classifier", "classifiers"),
+         "image": ("an image classifier", "image classifiers"), "graph": ("a graph (GAT) run", "graph runs"),
+         "speech": ("a speech run", "speech runs")}  # data.task: (one run, runs)
+DEFAULTS = {"nbest": 1, "split": "test", "no_baseline": False}
+
+
+def refuse_other_tasks_options(run, args: argparse.Namespace) -> None:
+    """One line for the first option given that the evaluation of this run's ``data.task`` would ignore (a
+    ``--confusion`` for a translation run drew nothing, a ``--src`` for a classifier read nothing)."""
+    task = run.cfg.data.task
+    if task not in KINDS:  # a language model: evaluate says what it takes
+        return
+    if args.overrides and task not in ("translation", "speech"):  # nothing is decoded
+        flag = args.overrides[0].split("=")[0]
+        raise UserError(f"{flag} is for translation and speech runs; {args.run_dir} is {KINDS[task][0]}: "
+                        f"leave out {flag}")
+    for (name, flag), tasks in OPTION_TASKS.items():
+        if task not in tasks and getattr(args, name, None) not in (None, DEFAULTS.get(name)):
+            readers = [KINDS[t][1] for t in tasks]
+            readers = " and ".join([", ".join(readers[:-1]), readers[-1]] if len(readers) > 1 else readers)
+            raise UserError(f"{flag} is for {readers}; {args.run_dir} is {KINDS[task][0]}: leave out {flag}")
+
 
 def evaluate_task(run, args: argparse.Namespace) -> int:
     """Score ``run`` as its ``data.task`` says (``--data``, ``--split``, ``--confusion`` ...); print the result."""
@@ -83,11 +115,22 @@ def _evaluate_speech(run, args: argparse.Namespace) -> int:
     if utterances is None:
         raise UserError(f"{args.run_dir} names no test recordings; give them with --data FILE (.npz or .tsv)")
     out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / "test.hyp"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    check_out(out, "transcripts")  # before decoding: a folder given as --out ended it in a traceback
     result = evaluate_utterances(run, utterances, decode_config(run, args), out=out)
     print("\n".join([*result_lines(result, tuple(run.cfg.data.exclude_speakers)),
                      f"transcripts (reference, hypothesis, speaker) written to {out}"]))
     return 0
+
+
+def check_out(out: Path, what: str = "hypotheses") -> None:
+    """Before decoding: the output file's folder exists (or is made) and the path is not a folder."""
+    if out.is_dir():
+        raise UserError(f"--out {out} is a directory; give a file path, e.g. --out {out / 'test.hyp'}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot write the {what} to {out} ({e.strerror}: {e.filename}); give --out a path "
+                        "in a writable folder") from None
 
 
 def load_run_graph(run, path: str | None = None):

@@ -70,6 +70,7 @@ __all__ = [
     "TRAINER_JSON",
     "CheckpointError",
     "LoadedCheckpoint",
+    "WeightsOnlyError",
     "load_checkpoint",
     "load_weights",
     "read_config",
@@ -77,6 +78,11 @@ __all__ = [
     "save_checkpoint",
     "write_checkpoint",
 ]
+
+
+class WeightsOnlyError(CheckpointError):
+    """The checkpoint holds weights but no optimizer or RNG state to continue training from (one written by
+    ``seqmap import hf`` or ``seqmap average``): it can start a new run (``--init``), not be resumed."""
 
 
 @dataclass
@@ -281,11 +287,11 @@ def load_checkpoint(
         try:
             if optimizer is not None:
                 if trainer["optimizer"] is None:
-                    raise CheckpointError(f"{path} holds no optimizer state; load it without optimizer=")
+                    raise WeightsOnlyError(f"{path} holds no optimizer state; load it without optimizer=")
                 _load_optimizer(optimizer, _decode(trainer["optimizer"], tensors), path)
             if restore_rng:
                 if trainer["rng"] is None:
-                    raise CheckpointError(f"{path} holds no RNG state; load it with restore_rng=False")
+                    raise WeightsOnlyError(f"{path} holds no RNG state; load it with restore_rng=False")
                 per_rank = trainer.get("rank_rng") or []
                 saved = per_rank[rank - 1] if 0 < rank <= len(per_rank) else trainer["rng"]
                 _set_rng_state(_decode(saved, tensors))

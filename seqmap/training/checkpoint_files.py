@@ -113,10 +113,18 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     try:
         config = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise CheckpointError(f"cannot read {path} ({err}); {damaged_advice(path.parent)}") from err
+        raise CheckpointError(f"cannot read {path} ({_one_line(err)}); {damaged_advice(path.parent)}") from err
     if not isinstance(config, dict):
         raise CheckpointError(f"{path} does not hold a mapping; {damaged_advice(path.parent)}")
     return config
+
+
+def _one_line(err: Exception) -> str:
+    """An error's message on one line: a YAML error's problem and where it is (its text spans several lines)."""
+    problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(err).split())
 
 
 def checked_dir(directory: str | os.PathLike) -> Path:

@@ -87,8 +87,10 @@ class CheckpointManager:
         """Indexed checkpoints in save order; step directories missing from the index count as older."""
         indexed = [e for e in index.get("checkpoints", []) if (self.dir / e["name"]).is_dir()]
         names = {e["name"] for e in indexed}
-        orphans = sorted(p.name for p in self.dir.glob("step-*") if p.is_dir() and p.name not in names)
-        return [{"step": int(n.split("-")[1]), "name": n, "metric": None} for n in orphans] + indexed
+        # step directories the index does not name, by step number (step-1000000 comes after step-999999)
+        orphans = sorted((int(p.name.removeprefix("step-")), p.name) for p in self.dir.glob("step-*")
+                         if p.is_dir() and p.name not in names and p.name.removeprefix("step-").isdigit())
+        return [{"step": step, "name": n, "metric": None} for step, n in orphans] + indexed
 
     def _read_index(self) -> dict:
         file = self.dir / INDEX_FILE

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from seqmap import metrics as mt
 from seqmap.config import (
     HIGHER_IS_BETTER,
     ConfigError,
@@ -64,7 +65,7 @@ from seqmap.data.tokenizers import PAD
 from seqmap.models.builder import build_model
 from seqmap.training import distributed
 from seqmap.training.carry import CarriedState
-from seqmap.training.checkpoint import load_checkpoint, rng_state
+from seqmap.training.checkpoint import WeightsOnlyError, load_checkpoint, rng_state
 from seqmap.training.checkpoint_files import TOKENIZER_DIR, CheckpointError, damaged_advice
 from seqmap.training.checkpoint_manager import CheckpointManager
 from seqmap.training.runlog import RunLog
@@ -89,12 +90,40 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+DECODED = ("bleu", "chrf", "rougeL")  # validation metrics of a translation run's decoded validation set
+
+
+def check_trainable(cfg: RunConfig) -> None:
+    """Before the data is read: the options that train together. A best-checkpoint or patience metric that the
+    run's validation never measures (``bleu`` with ``train.valid_bleu=false``, or for a language model; ``rougeL``
+    of a Chinese target) ranked no checkpoint and stopped the run after ``train.patience`` validations."""
+    t, d = cfg.train, cfg.data
+    if t.stateful and (d.task != "lm" or cfg.model.family != "rnn_lm"):
+        raise TrainingError("train.stateful=true carries a recurrent state across batches: it needs "
+                            "data.task=lm and model.family=rnn_lm")
+    for metric in dict.fromkeys((t.early_stopping, *t.patience_metrics)):
+        if metric not in DECODED:
+            continue
+        if d.task == "lm":
+            raise TrainingError(f"train.early_stopping / patience_metrics {metric} is not measured for a language "
+                                "model (data.task=lm validates loss and ppl); use loss or ppl")
+        if d.task == "translation" and not t.valid_bleu:
+            raise TrainingError(f"train.early_stopping / patience_metrics {metric} is measured on the decoded "
+                                "validation set, which train.valid_bleu=false turns off; set train.valid_bleu=true, "
+                                "or use loss or ppl")
+        if metric == "rougeL" and mt.tokenizer_for(d.tgt_lang) == "zh":
+            raise TrainingError(f"train.early_stopping / patience_metrics rougeL is not measured for a Chinese target "
+                                f"(data.tgt_lang={d.tgt_lang}: rouge-score reads Latin-script words); use bleu, chrf, "
+                                "loss or ppl")
+
+
 class RunTrainer:
     """One config on real text: data, model and ``Trainer`` set up, a run directory written; ``run()`` trains."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path, *, resume: bool = False, stream=None,
                  init: Path | None = None):
         self.run_dir = Path(run_dir)
+        check_trainable(cfg)
         self.device = resolve_device(cfg.train.device)
         self.dist = distributed.setup(self.device)
         if self.dist.enabled and self.device.type == "cuda":
@@ -139,9 +168,6 @@ class RunTrainer:
         if init is not None:
             load_checkpoint(Path(init), model=self.model)
             self.log.info(f"initialised from {init} (its weights; optimiser, schedule and data start afresh)")
-        if cfg.train.stateful and (cfg.data.task != "lm" or cfg.model.family != "rnn_lm"):
-            raise TrainingError("train.stateful=true carries a recurrent state across batches: it needs "
-                                "data.task=lm and model.family=rnn_lm")
         self.carry = CarriedState(self.model) if cfg.train.stateful else None
         t = self.cfg.train
         self.trainer = Trainer(self.model, t, self.device, log=self.log, dist=self.dist, carry=self.carry,
@@ -156,8 +182,15 @@ class RunTrainer:
             try:
                 loaded = load_checkpoint(latest, model=self.model, optimizer=self.trainer.optimizer, restore_rng=True,
                                          rank=self.dist.rank)
-            except CheckpointError as err:
-                raise CheckpointError(str(err).removesuffix(damaged_advice(latest)) + _resume_advice(latest)) from None
+            except WeightsOnlyError:
+                raise TrainingError(
+                    f"--resume {self.run_dir}: {latest} holds weights but no optimiser state to continue from (a "
+                    f"checkpoint of `seqmap import` or `seqmap average`); start a new run from its weights with "
+                    f"`seqmap train CONFIG --init {self.run_dir} --run-dir NEW_DIR`") from None
+            except CheckpointError as err:  # a damaged file: say which checkpoint to continue from
+                message, damaged = str(err), damaged_advice(latest)
+                raise CheckpointError(message.removesuffix(damaged) + _resume_advice(latest)
+                                      if message.endswith(damaged) else message) from None
             saved_world = loaded.trainer_state.get("world_size", self.dist.world_size)  # not stored before
             if saved_world != self.dist.world_size:
                 raise TrainingError(
@@ -169,8 +202,11 @@ class RunTrainer:
         if self.dist.is_main:  # after a resume's checkpoint has loaded: a refused one leaves config.yaml as it was
             save_config(self.cfg, self.run_dir / "config.yaml")
         n_params = sum(p.numel() for p in self.model.parameters())
-        self.log.info(f"model: {self.cfg.model.family}, {n_params / 1e6:.2f}M parameters, device {self.device}"
-                      f"{f', {self.dist.world_size} processes' if self.dist.enabled else ''}")
+        precision = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.trainer.amp_dtype, "fp32")
+        if t.precision in ("bf16", "fp16") and precision == "fp32":  # was silently ignored
+            precision += f" (train.precision={t.precision} is for CUDA; on {self.device.type} it trains in fp32)"
+        self.log.info(f"model: {self.cfg.model.family}, {n_params / 1e6:.2f}M parameters, device {self.device}, "
+                      f"{precision}{f', {self.dist.world_size} processes' if self.dist.enabled else ''}")
 
     def _data_fields(self, cfg: RunConfig) -> dict:
         """The model options the data decides: vocabulary sizes, classes, the image shape and pixel statistics."""
@@ -486,7 +522,12 @@ def _write_error(err: OSError, run_dir: Path) -> str | None:
 
 def _resume_advice(damaged: Path) -> str:
     """What to do when ``--resume`` finds its latest checkpoint ``damaged``: say which one it would continue from."""
-    earlier = sorted(p for p in damaged.parent.glob("step-*") if p.is_dir() and p.name < damaged.name)
+    def step(p: Path) -> int:
+        number = p.name.removeprefix("step-")
+        return int(number) if number.isdigit() else -1
+
+    earlier = sorted((p for p in damaged.parent.glob("step-*") if p.is_dir() and 0 <= step(p) < step(damaged)),
+                     key=step)  # by step: step-999999 is before step-1000000
     if not earlier:
         return (f"the checkpoint is damaged and no earlier one is left: start again with `seqmap train "
                 f"{damaged.parent.parent / 'config.yaml'} --run-dir NEW_DIR`")

@@ -62,8 +62,9 @@ class ToyConfig:
             raise ConfigError(f"toy.min_len = {self.min_len} is larger than toy.max_len = {self.max_len}")
         if self.lr <= 0:
             raise ConfigError(f"toy.lr must be > 0, got {self.lr!r}")
-        if self.warmup < 0 or self.clip < 0 or self.weight_decay < 0 or self.log_every < 0 or self.examples < 0:
-            raise ConfigError("toy.warmup, toy.clip, toy.weight_decay, toy.log_every and toy.examples must be >= 0")
+        for name in ("warmup", "clip", "weight_decay", "log_every", "examples"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"toy.{name} must be >= 0, got {getattr(self, name)!r}")
         if self.eval_seed == self.seed:
             raise ConfigError(f"toy.eval_seed = {self.eval_seed} equals toy.seed; held-out data needs another seed")
 

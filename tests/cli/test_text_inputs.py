@@ -3,6 +3,7 @@ UTF-8, an --align-layer the model lacks, an --out that cannot be written. Untrai
 these tests check what reaches the model and what the user reads, not translation quality."""
 
 import io
+import shutil
 import sys
 
 import pytest
@@ -12,6 +13,7 @@ from seqmap.cli import main
 from seqmap.config import DataConfig, ModelConfig, RunConfig, TrainConfig, to_dict
 from seqmap.data.tokenizers import save_pair, train_pair
 from seqmap.models.builder import build_model
+from seqmap.runs import load_run
 from seqmap.training.checkpoint import save_checkpoint
 
 SENTENCES = ["the cat sat on the mat", "a dog ran in the park", "two birds sang a song", "ab ba abba"] * 5
@@ -126,3 +128,81 @@ def test_a_beam_wider_than_the_vocabulary_is_one_line(translation_ckpt, lm_ckpt,
     assert main(["generate", str(lm_ckpt), "--prompt", "the", "--decode.beam_size", "49", "--greedy"]) == 2
     assert "decode.beam_size=49 is larger than the target vocabulary (48 tokens)" in capsys.readouterr().err
     assert main(["translate", str(translation_ckpt), "the cat", "--decode.beam_size", "48"]) == 0
+
+
+@pytest.mark.parametrize("device, message", [
+    ("foo", "--device 'foo' is not a device; use cpu, cuda or cuda:N\n"),
+    ("meta", "--device meta holds no weights; use cpu, cuda or cuda:N\n"),
+    ("cuda:99", "--device cuda:99 cannot be used here ("),  # no CUDA in this torch, no GPU, or no GPU 99
+])
+def test_a_device_this_machine_cannot_use_is_one_line(translation_ckpt, capsys, device, message):
+    """`--device cuda` without CUDA, or a misspelt device, ended in a traceback from inside torch."""
+    assert main(["translate", str(translation_ckpt), "the cat", "--device", device]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"seqmap: error: {message}")
+    if device == "cuda:99":
+        assert captured.err.endswith("); use --device cpu\n")
+
+
+def test_quantize_int8_decodes_and_another_kind_is_one_line(translation_ckpt, capsys):
+    assert main(["translate", str(translation_ckpt), "the cat", "a dog", "--quantize", "int8"]) == 0
+    assert capsys.readouterr().out.count("\n") == 2
+    assert main(["translate", str(translation_ckpt), "the cat", "--quantize", "int4"]) == 2
+    assert capsys.readouterr().err == "seqmap: error: --quantize 'int4' is not supported; use one of none, int8\n"
+
+
+def test_a_run_without_a_checkpoint_or_with_an_outdated_config_is_one_line(translation_ckpt, tmp_path, capsys):
+    (tmp_path / "started").mkdir()  # a run that stopped before its first checkpoint
+    assert main(["translate", str(tmp_path / "started"), "the cat"]) == 2
+    assert capsys.readouterr().err == (f"seqmap: error: {tmp_path / 'started'} holds no checkpoint (looked in "
+                                       f"{tmp_path / 'started' / 'checkpoints'}); train first with `seqmap train "
+                                       f"CONFIG --run-dir {tmp_path / 'started'}`\n")
+    old = tmp_path / "old"
+    shutil.copytree(translation_ckpt, old)
+    config = (old / "config.yaml").read_text()
+    (old / "config.yaml").write_text(config.replace("decode:\n", "decode:\n  beam_width: 4\n"))  # an option renamed
+    assert main(["translate", str(old), "the cat"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"seqmap: error: {old / 'config.yaml'}: unknown option 'decode.beam_width'; did you mean "
+                          "decode.beam_size?") and err.count("\n") == 1
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_no_sentences_or_two_sources_of_them_is_one_line(translation_ckpt, tmp_path, monkeypatch, capsys):
+    """Without TEXT or --input, stdin is read unless it is the terminal (a user who forgot the input)."""
+    monkeypatch.setattr(sys, "stdin", _Terminal())
+    assert main(["translate", str(translation_ckpt)]) == 2
+    assert capsys.readouterr().err == ("seqmap: error: nothing to translate: give TEXT arguments, --input FILE, or "
+                                       "pipe sentences into stdin\n")
+    (tmp_path / "in.txt").write_text("the cat\n")
+    assert main(["translate", str(translation_ckpt), "a dog", "--input", str(tmp_path / "in.txt")]) == 2
+    assert capsys.readouterr().err == "seqmap: error: give sentences as arguments or --input FILE, not both\n"
+
+
+def test_sentences_that_look_like_options_follow_a_double_dash(translation_ckpt, monkeypatch, capsys):
+    """After `--` a token is a sentence, even `-x` or `--decode.beam_size` (an override before it)."""
+    import seqmap.decoding.text as text
+
+    decoded, real = [], text.translate_nbest
+    monkeypatch.setattr(text, "translate_nbest", lambda model, sources, decode, *a, **k: decoded.append(
+        (sources, decode.beam_size)) or real(model, sources, decode, *a, **k))
+    assert main(["translate", str(translation_ckpt), "--decode.beam_size", "2", "--", "-the cat",
+                 "--decode.beam_size", "3"]) == 0
+    assert capsys.readouterr().out.count("\n") == 3
+    run = load_run(translation_ckpt)
+    (sources, beam), = decoded
+    assert beam == 2 and sources == [run.src_tok.encode(t) for t in ("-the cat", "--decode.beam_size", "3")]
+
+
+def test_evaluate_needs_a_translation_run_and_both_files(translation_ckpt, lm_ckpt, tmp_path, capsys):
+    (tmp_path / "a.txt").write_text("the cat\n")
+    assert main(["evaluate", str(lm_ckpt), "--src", str(tmp_path / "a.txt"), "--ref", str(tmp_path / "a.txt")]) == 2
+    assert capsys.readouterr().err == (f"seqmap: error: {lm_ckpt} is a language model; evaluate needs a translation "
+                                       "run\n")
+    assert main(["evaluate", str(translation_ckpt), "--src", str(tmp_path / "a.txt")]) == 2
+    assert capsys.readouterr().err == "seqmap: error: a translation run is evaluated on --src FILE and --ref FILE\n"

@@ -64,3 +64,13 @@ def test_under_torchrun_the_processes_but_rank_0_name_their_rank_in_an_error(tmp
     assert main(["train", str(CONFIG), "--train.keep_last", "0", "--run-dir", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err == (f"{prefix}seqmap: error: train.keep_last must be >= 1 (the latest checkpoint "
                                        "is needed to resume), got 0\n")
+
+
+def test_a_schedule_that_cannot_run_is_refused_before_the_data_is_read(tmp_path, capsys):
+    """train.schedule=cosine without train.max_steps was found when the trainer was built: after the data had been
+    read and the tokenizer trained (minutes on a real corpus), leaving a run directory without a checkpoint."""
+    assert main(["train", str(CONFIG), "--train.schedule", "cosine", "--train.max_steps", "0", "--train.max_epochs",
+                 "2", "--data.train", str(tmp_path / "not_read.txt"), "--run-dir", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.startswith("seqmap: error: train.schedule=cosine decays from train.warmup to "
+                                              "train.max_steps, so it needs train.max_steps > train.warmup (got 0 and")
+    assert not (tmp_path / "run").exists()

@@ -185,3 +185,26 @@ def test_align_sentence_lines_and_pairs_match_the_forced_attention():
     assert result.positions == expected and len(expected) == len(hyp)
     assert result.lines == [f"{t} -> {text.split()[j]} ({j})" for t, j in zip("a house is big".split(), expected)]
     assert result.pairs == " ".join(f"{j}-{i}" for i, j in enumerate(expected))
+
+
+@torch.no_grad()
+def test_copy_attention_by_forced_decoding_is_the_copy_the_search_saw_step_by_step():
+    """``seqmap plot attention --copy`` forces the hypothesis in one call; its copy weights must be those that
+    ``decode_step`` mixed in at each step. With the gate closed (p_gen ~ 0) a source word's probability at a step
+    is its copy weight, so the two can be compared exactly."""
+    from seqmap.decoding.align import copy_attention
+
+    torch.manual_seed(0)
+    model = tiny(src_vocab=SRC_V, tgt_vocab=SRC_V, copy=True, share_vocab=True)
+    assert copy_attention(tiny(), SRC, HYP) is None  # no copy head
+    weights, p_gen = copy_attention(model, SRC, [*HYP, EOS])  # a final EOS is no input: T = len(HYP) + 1
+    assert weights.shape == (len(HYP) + 1, len(SRC)) and p_gen.shape == (len(HYP) + 1,)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(len(HYP) + 1))
+    assert bool(((p_gen > 0) & (p_gen < 1)).all())
+    model.copy.gate.bias.fill_(-30.0)  # copy only
+    weights, p_gen = copy_attention(model, SRC, HYP)
+    assert float(p_gen.max()) < 1e-9
+    memory, state = model.encode(torch.tensor([SRC]), torch.ones(1, len(SRC), dtype=torch.bool)), None
+    for t, token in enumerate([BOS, *HYP]):
+        log_p, state, _ = model.decode_step(torch.tensor([[token]]), memory, state)
+        torch.testing.assert_close(log_p[0, -1, SRC].exp(), weights[t], atol=1e-6, rtol=1e-5)

@@ -235,6 +235,23 @@ def test_invalid_trainer_json_named(tmp_path):
         load_checkpoint(tmp_path / "c")
 
 
+@pytest.mark.parametrize("text, problem", [
+    ("model: [1\n", "expected ',' or ']', but got '<stream end>' at line 2, column 1"),
+    ("model:\n\td_model: 8\n", "found character '\\t' that cannot start any token at line 2, column 1"),
+])
+def test_a_damaged_config_is_named_in_one_line(tmp_path, text, problem):
+    """A config.yaml that is not YAML gave PyYAML's message of four lines, and `seqmap: error:` speaks in one."""
+    _save(tmp_path / "c", Tiny())
+    (tmp_path / "c" / "config.yaml").write_text(text)
+    with pytest.raises(CheckpointError) as info:
+        read_config(tmp_path / "c")
+    assert str(info.value) == (f"cannot read {tmp_path / 'c' / 'config.yaml'} ({problem}); the checkpoint is "
+                               f"damaged: use an earlier checkpoint in {tmp_path}")
+    (tmp_path / "c" / "config.yaml").write_text("- a list\n")
+    with pytest.raises(CheckpointError, match=r"config\.yaml does not hold a mapping; the checkpoint is damaged"):
+        read_config(tmp_path / "c")
+
+
 def test_missing_files_named(tmp_path):
     with pytest.raises(CheckpointError, match="nowhere"):
         load_checkpoint(tmp_path / "nowhere", model=Tiny())
@@ -273,6 +290,23 @@ def test_manager_keeps_last_two_and_best(tmp_path, mode, best_step):
     assert manager.latest() == tmp_path / "checkpoints" / "step-000005"
     assert manager.best() == tmp_path / "checkpoints" / f"step-{best_step:06d}"
     assert load_checkpoint(manager.best()).trainer_state == {"step": best_step}
+
+
+def test_a_damaged_index_says_to_delete_it_and_without_it_the_latest_is_the_highest_step(tmp_path):
+    manager = CheckpointManager(tmp_path, keep_last=3)
+    for step in (999_998, 999_999, 1_000_000):  # a million steps: names of 6 and of 7 digits
+        manager.save(step, model=Tiny(), trainer_state={"step": step}, config=CONFIG)
+    index = tmp_path / "checkpoints" / "index.json"
+    index.write_text('{"checkpoints": [')  # a crash that truncated it
+    with pytest.raises(CheckpointError, match=r"index\.json \(.*\); delete it and it is rebuilt from step-\* dirs"):
+        manager.latest()
+    index.write_text("[]")
+    with pytest.raises(CheckpointError, match=r"index\.json is not a checkpoint index; delete it"):
+        manager.latest()
+    index.unlink()
+    assert manager.latest() == tmp_path / "checkpoints" / "step-1000000"  # was step-999999, first by name
+    (tmp_path / "checkpoints" / "step-notes").mkdir()  # a folder that is no step is not a checkpoint
+    assert manager.latest() == tmp_path / "checkpoints" / "step-1000000"
 
 
 def test_manager_without_metric_and_bad_options(tmp_path):

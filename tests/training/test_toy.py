@@ -90,3 +90,35 @@ def test_shipped_config_learns_reverse(name):
     run = ToyRun.from_dict(yaml.safe_load((CONFIGS / f"{name}.yaml").read_text()))
     metrics = train_toy(run.model, run.toy, log=None)
     assert metrics["exact_match"] >= 0.9, metrics["examples"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"steps": 0}, "toy.steps must be > 0, got 0"),
+    ({"vocab": 3}, "toy.vocab = 3 leaves no symbols; ids 0-2 are pad, bos, eos, so use >= 4"),
+    ({"lr": 0.0}, "toy.lr must be > 0, got 0.0"),
+    ({"clip": -1.0}, "toy.clip must be >= 0, got -1.0"),  # named none of the five options it checks
+    ({"log_every": -5}, "toy.log_every must be >= 0, got -5"),
+    ({"eval_seed": 0, "seed": 0}, "toy.eval_seed = 0 equals toy.seed; held-out data needs another seed"),
+])
+def test_each_bad_toy_value_is_named(changes, message):
+    with pytest.raises(ConfigError) as info:
+        ToyConfig(**changes)
+    assert str(info.value) == message
+
+
+def test_toy_command_logs_every_log_every_steps_and_prints_its_metrics(capsys):
+    """`seqmap toy` in this process (tests/test_cli.py runs it as a user would, in a subprocess)."""
+    import json
+
+    from seqmap.cli import main
+
+    assert main(["toy", str(CONFIGS / "reverse_transformer.yaml"), "--model.d_model", "16", "--model.d_ff", "32",
+                 "--toy.steps", "6", "--toy.log_every", "3", "--toy.warmup", "2", "--toy.eval_size", "5",
+                 "--toy.examples", "2", "--threads", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines if line.startswith("step")] == [["step", "3"], ["step", "6"]]
+    assert sum(line.startswith("  src ") for line in lines) == 2
+    metrics = json.loads(lines[-1].removeprefix("metrics "))
+    assert (metrics["task"], metrics["family"], metrics["eval_size"], metrics["threads"]) == (
+        "reverse", "transformer", 5, 1)
+    assert 0.0 <= metrics["exact_match"] <= metrics["token_accuracy"] <= 1.0 and metrics["final_loss"] > 0

@@ -4,6 +4,7 @@ two processes equal one, NaN steps skipped, and the commands that use a trained 
 import errno
 import io
 import json
+import math
 import os
 import random
 import re
@@ -431,7 +432,8 @@ def test_plot_attention_and_curves_of_a_trained_run(trained_run, tmp_path, capsy
     assert main(["plot", "attention", str(trained_run), "--text", "a b c", "--self", "encoder", "--layer", "0",
                  "--out", str(tmp_path / "self.svg")]) == 0
     assert "<svg" in (tmp_path / "self.svg").read_text()[:500]
-    for flags, message in ((["--copy"], "has no copy head (model.copy: false)"),
+    for flags, message in ((["--head", "x"], "--head must be a number or 'mean', got 'x'"),
+                           (["--copy"], "has no copy head (model.copy: false)"),
                            (["--copy", "--self", "encoder"], "--copy and --self pick different attentions")):
         assert main(["plot", "attention", str(trained_run), "--text", "a b c", *flags,
                      "--out", str(tmp_path / "copy.png")]) == 2
@@ -555,3 +557,119 @@ def test_ctrl_c_saves_the_step_it_stopped_after_and_resume_gives_the_losses_of_a
     resumed = _seqmap("train", "--resume", str(stopped), "--threads", "1")
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     assert train_losses(stopped) == train_losses(straight)  # bit-for-bit, as after SIGKILL
+
+
+def test_max_epochs_ends_a_run_at_an_epochs_end_validates_it_and_resume_reads_on_into_the_next(corpus, tmp_path):
+    """train.max_epochs alone ends a run: the last step is validated and saved though valid_every is not reached,
+    and a resumed run with more epochs draws the batches (and losses) of a run that had them from the start."""
+    one = config(corpus, max_steps=0, max_epochs=1, valid_every=1000, log_every=1, valid_bleu=False)
+    split = tmp_path / "split"
+    first = train(from_dict(RunConfig, one), split, stream=open(os.devnull, "w"))
+    steps = first["step"]
+    assert first["stop_reason"] == "reached train.max_epochs=1" and steps > 5
+    assert [row["step"] for row in read_metrics(split, "valid")] == [steps]
+    assert json.loads((split / "checkpoints" / "index.json").read_text())["last"] == f"step-{steps:06d}"
+    assert {row["epoch"] for row in read_metrics(split, "train")} == {0}
+
+    two = dict(one, train=dict(one["train"], max_epochs=2))
+    resumed = train(from_dict(RunConfig, two), split, resume=True, stream=open(os.devnull, "w"))
+    straight = train(from_dict(RunConfig, two), tmp_path / "straight", stream=open(os.devnull, "w"))
+    assert resumed["stop_reason"] == straight["stop_reason"] == "reached train.max_epochs=2"
+    assert resumed["step"] == straight["step"] > steps + 5
+    assert train_losses(split) == train_losses(tmp_path / "straight")
+    epochs = {row["step"]: row["epoch"] for row in read_metrics(tmp_path / "straight", "train")}
+    assert (epochs[steps], epochs[steps + 1], epochs[straight["step"]]) == (0, 1, 1)
+
+
+@pytest.mark.parametrize("family", ["lm", "rnn_lm"])
+def test_a_language_model_trains_max_epochs_passes_over_its_text(tmp_path, capsys, family):
+    """An epoch of a language model is its training tokens over (batch_size x context) windows: random windows
+    (model.family lm) or consecutive rows (train.stateful, an rnn_lm). `seqmap train` ends with the test ppl."""
+    text = "to be or not to be, that is the question.\n" * 40
+    (tmp_path / "train.txt").write_text(text)
+    (tmp_path / "valid.txt").write_text(text[:400])
+    model = ({"family": "lm", "d_model": 16, "n_heads": 2, "d_ff": 32, "dec_layers": 1} if family == "lm" else
+             {"family": "rnn_lm", "rnn_cell": "lstm", "emb_size": 16, "hidden_size": 16, "dec_layers": 1})
+    cfg = {"model": {**model, "dropout": 0.0},
+           "data": {"task": "lm", "tokenizer": "char", "train": str(tmp_path / "train.txt"),
+                    "valid": str(tmp_path / "valid.txt"), "test": str(tmp_path / "valid.txt"), "context": 16},
+           "train": {"max_steps": 0, "max_epochs": 2, "batch_size": 4, "lr": 3e-3, "warmup": 2, "valid_every": 1000,
+                     "log_every": 1, "stateful": family == "rnn_lm"}}
+    assert main(["train", str(write_config(tmp_path, cfg)), "--run-dir", str(tmp_path / "lm")]) == 0
+    result = json.loads(capsys.readouterr().out.split("result ", 1)[1])
+    tokens = int(re.search(r"lm data: (\d+) train", (tmp_path / "lm" / "train.log").read_text()).group(1))
+    per_epoch = tokens // (4 * 16) if family == "lm" else (tokens // 4 - 1) // 16  # 4 rows of 16-token windows
+    assert tokens == len(text) and per_epoch > 10
+    assert (result["steps"], result["stop"]) == (2 * per_epoch, "reached train.max_epochs=2")
+    epochs = [row["epoch"] for row in read_metrics(tmp_path / "lm", "train")]
+    assert epochs == [0] * per_epoch + [1] * per_epoch
+    (test,) = read_metrics(tmp_path / "lm", "test")
+    assert result["test_ppl"] == round(test["ppl"], 2) and test["ppl"] == pytest.approx(math.exp(test["loss"]))
+    assert test["tokens"] == 400  # the test text (data.valid's 400 characters), windows not overlapping
+
+
+def test_max_time_ends_a_run_after_the_step_that_spends_it_and_keeps_that_step(corpus, tmp_path):
+    result = train(from_dict(RunConfig, config(corpus, max_steps=0, max_time=1e-6, valid_every=1000)),
+                   tmp_path / "run", stream=open(os.devnull, "w"))
+    assert (result["step"], result["stop_reason"]) == (1, "reached train.max_time=1e-06 minutes")
+    assert [row["step"] for row in read_metrics(tmp_path / "run", "valid")] == [1]
+    assert (tmp_path / "run" / "checkpoints" / "step-000001" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("precision, logged", [
+    ("fp32", "device cpu, fp32\n"),
+    ("bf16", "device cpu, fp32 (train.precision=bf16 is for CUDA; on cpu it trains in fp32)\n"),
+])
+def test_the_log_says_in_which_precision_the_model_trains(corpus, tmp_path, precision, logged):
+    """train.precision=bf16 on the CPU trained in fp32 and said nothing about it."""
+    train(from_dict(RunConfig, config(corpus, max_steps=1, valid_every=1, valid_bleu=False, precision=precision,
+                                      device="cpu")), tmp_path / "run", stream=open(os.devnull, "w"))
+    (line,) = [line for line in (tmp_path / "run" / "train.log").read_text().splitlines(keepends=True)
+               if " model: transformer, " in line]
+    assert line.endswith(f"M parameters, {logged}")
+
+
+@pytest.mark.parametrize("task, train_options, data_options, message", [
+    ("translation", {"early_stopping": "bleu", "valid_bleu": False}, {},
+     "train.early_stopping / patience_metrics bleu is measured on the decoded validation set, which "
+     "train.valid_bleu=false turns off; set train.valid_bleu=true, or use loss or ppl"),
+    ("lm", {"early_stopping": "chrf"}, {},
+     "train.early_stopping / patience_metrics chrf is not measured for a language model (data.task=lm validates "
+     "loss and ppl); use loss or ppl"),
+    ("translation", {"patience": 3, "patience_metrics": ["loss", "rougeL"]}, {"tgt_lang": "zh"},
+     "train.early_stopping / patience_metrics rougeL is not measured for a Chinese target (data.tgt_lang=zh: "
+     "rouge-score reads Latin-script words); use bleu, chrf, loss or ppl"),
+])
+def test_a_metric_validation_never_measures_is_refused_before_the_data_is_read(corpus, tmp_path, task, train_options,
+                                                                              data_options, message):
+    """It ranked no checkpoint ("best": null) and, with train.patience, stopped the run after that many
+    validations as if it had stopped improving."""
+    cfg = config(corpus, **train_options)
+    if task == "lm":
+        cfg["model"] = {"family": "lm", "d_model": 16, "n_heads": 2, "d_ff": 32, "dec_layers": 1}
+        cfg["data"] = {"task": "lm", "tokenizer": "char", "train": str(tmp_path / "unread.txt")}
+    cfg["data"].update(data_options)
+    with pytest.raises(TrainingError) as info:
+        train(from_dict(RunConfig, cfg), tmp_path / "run", stream=open(os.devnull, "w"))
+    assert str(info.value) == message
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_from_weights_alone_or_a_newer_format_says_what_to_do(corpus, tmp_path):
+    """Both got the damaged-checkpoint advice glued to their own ("...load it without optimizer=the checkpoint is
+    damaged and no earlier one is left: ..."): a checkpoint of `seqmap import` or `average` holds no optimiser."""
+    cfg = from_dict(RunConfig, config(corpus, max_steps=2, valid_every=2, valid_bleu=False))
+    run = tmp_path / "run"
+    train(cfg, run, stream=open(os.devnull, "w"))
+    trainer_json = run / "checkpoints" / "step-000002" / "trainer.json"
+    saved = json.loads(trainer_json.read_text())
+    trainer_json.write_text(json.dumps({**saved, "optimizer": None}))
+    with pytest.raises(TrainingError) as info:
+        train(cfg, run, resume=True, stream=open(os.devnull, "w"))
+    assert str(info.value) == (f"--resume {run}: {run / 'checkpoints' / 'step-000002'} holds weights but no optimiser "
+                               "state to continue from (a checkpoint of `seqmap import` or `seqmap average`); start a "
+                               f"new run from its weights with `seqmap train CONFIG --init {run} --run-dir NEW_DIR`")
+    trainer_json.write_text(json.dumps({**saved, "version": 99}))
+    with pytest.raises(CheckpointError) as info:
+        train(cfg, run, resume=True, stream=open(os.devnull, "w"))
+    assert str(info.value) == f"{trainer_json} has format version 99; upgrade seqmap to read it"

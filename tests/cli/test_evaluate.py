@@ -1,0 +1,137 @@
+"""``seqmap evaluate`` options: the summary baselines (``--lead``, ``--baseline-run``) scored beside the run on the
+same documents, their mistakes found before any decoding, and options that another kind of run reads refused
+instead of ignored. Untrained checkpoints (seconds): these tests check what is scored and what the user reads."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import seqmap.evaluation
+from seqmap.cli import main
+from seqmap.config import DataConfig, DecodeConfig, ModelConfig, RunConfig, TrainConfig, to_dict
+from seqmap.data.labels import LabelSet
+from seqmap.data.pipeline import LABELS_FILE
+from seqmap.data.tokenizers import save_pair, train_pair
+from seqmap.models.builder import build_model
+from seqmap.training.checkpoint_manager import CheckpointManager
+
+DOCS = ["alpha beta gamma. delta epsilon", "zeta eta theta iota. kappa", "lambda mu. nu xi omicron"]
+REFS = ["alpha beta", "zeta eta", "lambda mu"]  # each document's first two words
+TRAIN = ["one\tsummary", "two\ta short summary", "three\tthe summary of three"]  # targets of 1, 3, 4 words
+
+
+def _run(root: Path, name: str, *, task: str = "translation", tgt_lang: str = "en", train: str | None = None) -> Path:
+    """A run directory (``RUN/checkpoints/step-000001``) holding an untrained tiny model of ``task``."""
+    texts = [*DOCS, *REFS, "one two three summary short the of a"]
+    tok, _ = train_pair("word", texts, texts, joint=True)
+    save_pair(tok, tok, root / f"{name}-tok")
+    model = dict(d_model=16, n_heads=2, d_ff=32, enc_layers=1, dec_layers=1, dropout=0.0, src_vocab=tok.vocab_size,
+                 tgt_vocab=tok.vocab_size)
+    if task == "classification":
+        LabelSet(("games", "libs")).save(root / f"{name}-tok" / LABELS_FILE)
+        model.update(family="classifier", n_classes=2)
+    data = DataConfig(task=task, tokenizer="word", tgt_lang=tgt_lang, train=train,
+                      valid=train, max_len=32)
+    cfg = RunConfig(model=ModelConfig(**model), data=data, train=TrainConfig(),
+                    decode=DecodeConfig(max_len_a=0.0, max_len_b=3))
+    torch.manual_seed(0)
+    CheckpointManager(root / name).save(1, model=build_model(cfg.model), trainer_state={"step": 1},
+                                        config=to_dict(cfg), tokenizer_dir=root / f"{name}-tok")
+    return root / name
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("evaluate")
+    (root / "train.tsv").write_text("".join(row + "\n" for row in TRAIN))
+    (root / "docs.src").write_text("".join(d + "\n" for d in DOCS))
+    (root / "docs.ref").write_text("".join(r + "\n" for r in REFS))
+    train = str(root / "train.tsv")
+    return {"summ": _run(root, "summ", train=train), "plain": _run(root, "plain", train=str(root / "gone.tsv")),
+            "zh": _run(root, "zh", tgt_lang="zh", train=train),
+            "classifier": _run(root, "classifier", task="classification", train=train),
+            "src": root / "docs.src", "ref": root / "docs.ref"}
+
+
+def _files(runs, tmp_path) -> list[str]:
+    return ["--src", str(runs["src"]), "--ref", str(runs["ref"]), "--out", str(tmp_path / "docs.hyp")]
+
+
+def test_the_lead_and_another_run_are_scored_on_the_same_documents(runs, tmp_path, capsys):
+    assert main(["evaluate", str(runs["summ"]), *_files(runs, tmp_path), "--lead", "2",
+                 "--baseline-run", str(runs["plain"])]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("the same 3 documents (rouge-score:"):].splitlines()
+    assert table[1].split() == ["ROUGE-1", "ROUGE-2", "ROUGE-L", "BLEU"]
+    names = [line[:30].strip() for line in table[2:]]
+    assert names == ["summ (no copy)", "lead (2 words)", "plain (no copy)"]
+    assert table[3].split()[3:6] == ["100.00", "100.00", "100.00"]  # the first two words are the references
+    ours = table[2].split()[3:]
+    assert ours[2] == f"{float(out.split('ROUGE-L = ')[1].split()[0]):.2f}"  # this run's row is the scores above
+    # the other run is decoded into its own eval folder; the run's hypotheses go to --out
+    assert (runs["plain"] / "eval" / "docs.src.hyp").read_text().count("\n") == 3
+    assert (tmp_path / "docs.hyp").read_text().count("\n") == 3
+
+
+def test_the_leads_length_is_by_default_the_median_of_the_training_targets(runs, tmp_path, capsys):
+    assert main(["evaluate", str(runs["summ"]), *_files(runs, tmp_path), "--lead"]) == 0
+    rows = capsys.readouterr().out.split("the same 3 documents")[1].splitlines()
+    assert rows[3].split()[:3] == ["lead", "(3", "words)"]  # targets of 1, 3 and 4 words
+
+
+@pytest.mark.parametrize("run, options, message", [
+    ("summ", ["--lead", "-1"], "--lead WORDS must be > 0 (or left out: the training targets' median), got -1"),
+    ("summ", ["--baseline-run", "NOWHERE"], "NOWHERE is not a run directory or a checkpoint directory"),
+    ("summ", ["--baseline-run", "CLASSIFIER"], "CLASSIFIER was trained for data.task=classification, not "
+                                               "translation; use `seqmap classify` on it"),
+    ("plain", ["--lead"], "cannot read the run's training targets for the lead's length"),
+    ("zh", ["--lead", "2"], "ROUGE is not measured for target language 'zh'; the summary baselines (--lead, "
+                            "--baseline-run) need a Latin-script target"),
+    ("summ", ["--compare", "SHORT"], "--compare SHORT has 1 lines but there are 3 sources; give the other "
+                                     "system's hypotheses of the same sentences, one per line"),
+])
+def test_mistakes_in_the_baselines_and_the_comparison_are_found_before_decoding(runs, tmp_path, monkeypatch, capsys,
+                                                                               run, options, message):
+    """They were found after the whole test set had been decoded and its scores printed."""
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded before the options were checked")
+
+    monkeypatch.setattr(seqmap.evaluation, "translate_texts", no_decoding)
+    (tmp_path / "short.hyp").write_text("a\n")
+    names = {"NOWHERE": str(tmp_path / "nowhere"), "CLASSIFIER": str(runs["classifier"]),
+             "SHORT": str(tmp_path / "short.hyp")}
+    options = [names.get(o, o) for o in options]
+    for name, path in names.items():
+        message = message.replace(name, path)
+    assert main(["evaluate", str(runs[run]), *_files(runs, tmp_path), *options]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"seqmap: error: {message}") and captured.err.count("\n") == 1
+
+
+@pytest.mark.parametrize("run, options, message", [
+    ("summ", ["--confusion", "c.png"], "--confusion is for classifiers, image classifiers and graph runs; RUN is a "
+                                       "translation run: leave out --confusion"),
+    ("summ", ["--data", "test.tsv"], "--data is for classifiers, image classifiers, graph runs and speech runs; "
+                                     "RUN is a translation run: leave out --data"),
+    ("summ", ["--split", "val"], "--split is for graph runs; RUN is a translation run: leave out --split"),
+    ("summ", ["--no-baseline"], "--no-baseline is for classifiers and image classifiers; RUN is a translation run"),
+    ("classifier", ["--data", "test.tsv", "--src", "a.txt"], "--src is for translation runs; RUN is a classifier: "
+                                                             "leave out --src"),
+    ("classifier", ["--data", "test.tsv", "--nbest", "2"], "--nbest is for translation runs; RUN is a classifier"),
+    ("classifier", ["--data", "test.tsv", "--out", "x.hyp"], "--out is for translation runs and speech runs; RUN is "
+                                                             "a classifier"),
+    ("classifier", ["--data", "test.tsv", "--lead"], "--lead is for translation runs; RUN is a classifier"),
+])
+def test_options_that_another_kind_of_run_reads_are_refused_not_ignored(runs, tmp_path, monkeypatch, capsys, run,
+                                                                        options, message):
+    """A --confusion for a translation run drew nothing, a --src for a classifier read nothing, and both said
+    nothing about it."""
+    monkeypatch.chdir(tmp_path)
+    files = _files(runs, tmp_path) if run == "summ" else []
+    assert main(["evaluate", str(runs[run]), *files, *options]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith("seqmap: error: " + message.replace("RUN", str(runs[run])))
+    assert list(tmp_path.iterdir()) == []  # nothing decoded, drawn or written
