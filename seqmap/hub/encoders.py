@@ -180,7 +180,8 @@ def bert(source: Path, config: dict[str, Any]) -> Imported:
         out["head.weight"] = _weight(w, ["classifier.weight"], (c, d), source)
         out["head.bias"] = _weight(w, ["classifier.bias"], (c,), source)
     data = DataConfig(task="classification", tokenizer="word", vocab_size=tok.vocab_size, max_len=p - 2)
-    cfg = RunConfig(model=model_cfg, data=data, train=TrainConfig(max_steps=1, warmup=0, lr=2e-5,
+    cfg = RunConfig(model=model_cfg, data=data, train=TrainConfig(max_steps=1, warmup=0, schedule="constant",
+                                                                  lr=2e-5,
                                                                   early_stopping="accuracy"))
     return Imported(cfg, out, tok, tok, labels)
 
@@ -250,6 +251,7 @@ def vit(source: Path, config: dict[str, Any]) -> Imported:
     out["head.weight"] = _weight(w, ["classifier.weight"], (c, d), source)
     out["head.bias"] = _weight(w, ["classifier.bias"], (c,), source)
     data = DataConfig(task="image", image_size=[size, size], image_mode="L" if channels == 1 else "RGB")
-    cfg = RunConfig(model=model_cfg, data=data, train=TrainConfig(max_steps=1, warmup=0, lr=2e-5,
+    cfg = RunConfig(model=model_cfg, data=data, train=TrainConfig(max_steps=1, warmup=0, schedule="constant",
+                                                                  lr=2e-5,
                                                                   early_stopping="accuracy"))
     return Imported(cfg, out, None, None, labels)

@@ -141,7 +141,8 @@ def _gpt2(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, Te
             for part in ("weight", "bias"):
                 out[f"{p}.norm{n}.{part}"] = _take(w, f"{h}.ln_{n}.{part}", (d,), source)
     data = DataConfig(task="lm", tokenizer="bpe", vocab_size=tok.vocab_size, context=config["n_positions"])
-    cfg = RunConfig(model=model_cfg, data=data, train=TrainConfig(max_steps=1, warmup=0, lr=5e-5))
+    cfg = RunConfig(model=model_cfg, data=data,
+                    train=TrainConfig(max_steps=1, warmup=0, schedule="constant", lr=5e-5))
     return cfg, out, tok
 
 

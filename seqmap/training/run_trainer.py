@@ -98,6 +98,10 @@ def check_trainable(cfg: RunConfig) -> None:
     run's validation never measures (``bleu`` with ``train.valid_bleu=false``, or for a language model; ``rougeL``
     of a Chinese target) ranked no checkpoint and stopped the run after ``train.patience`` validations."""
     t, d = cfg.train, cfg.data
+    if t.schedule == "inverse_sqrt" and t.warmup < 1:  # not in TrainConfig: runs imported before said warmup 0
+        raise TrainingError("train.schedule=inverse_sqrt (the default) decays as lr * sqrt(warmup / step), so it "
+                            f"needs train.warmup >= 1 (got {t.warmup}); give train.warmup, or use "
+                            "train.schedule=constant")
     if t.stateful and (d.task != "lm" or cfg.model.family != "rnn_lm"):
         raise TrainingError("train.stateful=true carries a recurrent state across batches: it needs "
                             "data.task=lm and model.family=rnn_lm")

@@ -673,3 +673,14 @@ def test_resume_from_weights_alone_or_a_newer_format_says_what_to_do(corpus, tmp
     with pytest.raises(CheckpointError) as info:
         train(cfg, run, resume=True, stream=open(os.devnull, "w"))
     assert str(info.value) == f"{trainer_json} has format version 99; upgrade seqmap to read it"
+
+
+def test_inverse_sqrt_without_warmup_is_refused_before_the_data_is_read(corpus, tmp_path):
+    """lr * sqrt(warmup / step) with warmup 0 is 0 at every step: it stopped in the schedule with a ValueError after
+    the tokenizer was trained. A run imported from the HF format says warmup 0 with a constant schedule."""
+    cfg = from_dict(RunConfig, config(corpus, warmup=0))
+    with pytest.raises(TrainingError, match=r"train.schedule=inverse_sqrt .* needs train.warmup >= 1 \(got 0\)"):
+        train(cfg, tmp_path / "run", stream=open(os.devnull, "w"))
+    assert not (tmp_path / "run" / "tokenizer").exists()
+    constant = config(corpus, warmup=0, schedule="constant", max_steps=2, valid_every=2, valid_bleu=False)
+    assert train(from_dict(RunConfig, constant), tmp_path / "constant", stream=open(os.devnull, "w"))["step"] == 2
