@@ -293,11 +293,8 @@ def test_lm_info(lm_client, lm_run):
 
 def test_a_bpe_run_with_chinese_output(tmp_path):
     """The main job's shape: joint BPE vocabulary, Chinese targets. Pieces label the attention, CJK comes back."""
-    from seqmap.config import DataConfig, ModelConfig, RunConfig, to_dict
+    from seqmap.config import DataConfig, ModelConfig, RunConfig
     from seqmap.data.tokenizers import train_pair
-    from seqmap.models.builder import build_model
-    from seqmap.runs import load_run
-    from seqmap.training.checkpoint import save_checkpoint
 
     english = ["Where is the station?", "I love you.", "Tom is reading a book.", "It is raining today."] * 3
     chinese = ["車站在哪裡？", "我愛你。", "湯姆在讀一本書。", "今天下雨了。"] * 3
@@ -305,11 +302,7 @@ def test_a_bpe_run_with_chinese_output(tmp_path):
     cfg = RunConfig(model=ModelConfig(src_vocab=tok.vocab_size, tgt_vocab=tok.vocab_size, d_model=16, n_heads=2,
                                       d_ff=32, enc_layers=1, dec_layers=1, share_vocab=True),
                     data=DataConfig(tokenizer="bpe", src_lang="en", tgt_lang="zh"))
-    torch.manual_seed(0)
-    tok.save(tmp_path / "tok")
-    save_checkpoint(tmp_path / "ckpt", model=build_model(cfg.model), trainer_state={}, config=to_dict(cfg),
-                    tokenizer_dir=tmp_path / "tok")
-    run = load_run(tmp_path / "ckpt")
+    run = _untrained_run(tmp_path, cfg, tok)
     with TestClient(create_app(run)) as client:
         body = {"text": "Where is the station?", "attention": True, "beam_size": 2}
         (result,) = client.post("/translate", json=body).json()["translations"]
@@ -328,22 +321,15 @@ def test_a_bpe_run_with_chinese_output(tmp_path):
 
 
 def test_a_recurrent_lm_generates_and_says_it_has_no_attention(tmp_path):
-    from seqmap.config import DataConfig, ModelConfig, RunConfig, to_dict
+    from seqmap.config import DataConfig, ModelConfig, RunConfig
     from seqmap.data.tokenizers import train_tokenizer
     from seqmap.decoding.text import generate_texts
-    from seqmap.models.builder import build_model
-    from seqmap.runs import load_run
-    from seqmap.training.checkpoint import save_checkpoint
 
     tok = train_tokenizer("char", ["to be or not to be"])
     cfg = RunConfig(model=ModelConfig(family="rnn_lm", tgt_vocab=tok.vocab_size, emb_size=8, hidden_size=8,
                                       dec_layers=1),
                     data=DataConfig(task="lm", tokenizer="char"))
-    torch.manual_seed(0)
-    tok.save(tmp_path / "tok")
-    save_checkpoint(tmp_path / "ckpt", model=build_model(cfg.model), trainer_state={}, config=to_dict(cfg),
-                    tokenizer_dir=tmp_path / "tok")
-    run = load_run(tmp_path / "ckpt")
+    run = _untrained_run(tmp_path, cfg, tok)
     with TestClient(create_app(run)) as client:
         info = client.get("/info").json()
         assert info["family"] == "rnn_lm" and info["sizes"] == {"rnn_cell": "lstm", "emb_size": 8, "hidden_size": 8,
@@ -364,22 +350,15 @@ def test_a_recurrent_lm_generates_and_says_it_has_no_attention(tmp_path):
 def test_an_rnn_translation_run_is_served_and_says_whether_it_has_attention(tmp_path, rnn_attention):
     """An RNN encoder-decoder: /info gives its recurrent sizes; attention=true is a 409 naming the field when it has
     no attention, else the forced-decoding attention (one layer, one head) of its translation."""
-    from seqmap.config import DataConfig, ModelConfig, RunConfig, to_dict
+    from seqmap.config import DataConfig, ModelConfig, RunConfig
     from seqmap.data.tokenizers import train_tokenizer
-    from seqmap.models.builder import build_model
-    from seqmap.runs import load_run
-    from seqmap.training.checkpoint import save_checkpoint
 
     tok = train_tokenizer("word", ["a b c d e", "e d c b a"])
     cfg = RunConfig(model=ModelConfig(family="rnn", src_vocab=tok.vocab_size, tgt_vocab=tok.vocab_size, emb_size=8,
                                       hidden_size=8, enc_layers=1, dec_layers=1, rnn_cell="gru",
                                       rnn_attention=rnn_attention),
                     data=DataConfig(tokenizer="word"))
-    torch.manual_seed(0)
-    tok.save(tmp_path / "tok")
-    save_checkpoint(tmp_path / "ckpt", model=build_model(cfg.model), trainer_state={}, config=to_dict(cfg),
-                    tokenizer_dir=tmp_path / "tok")
-    run = load_run(tmp_path / "ckpt")
+    run = _untrained_run(tmp_path, cfg, tok)
     with TestClient(create_app(run)) as client:
         info = client.get("/info").json()
         assert info["family"] == "rnn" and info["sizes"] == {
@@ -425,3 +404,17 @@ def test_attention_beyond_the_size_limit_is_a_422_before_decoding(translation_ru
         response = tc.post("/generate", json={"prompt": "to be", "max_new_tokens": 30, "attention": True})
         assert response.status_code == 422 and response.json()["field"] == "attention"
         assert "lower max_new_tokens" in response.json()["detail"]
+
+
+def _untrained_run(tmp_path, cfg, tok):
+    """A run of ``cfg``'s model with weights drawn from seed 0, saved as a checkpoint with ``tok`` and loaded."""
+    from seqmap.config import to_dict
+    from seqmap.models.builder import build_model
+    from seqmap.runs import load_run
+    from seqmap.training.checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    tok.save(tmp_path / "tok")
+    save_checkpoint(tmp_path / "ckpt", model=build_model(cfg.model), trainer_state={}, config=to_dict(cfg),
+                    tokenizer_dir=tmp_path / "tok")
+    return load_run(tmp_path / "ckpt")
