@@ -628,6 +628,9 @@ def from_dict(cls, data: dict | None, section: str = ""):
     return cls(**kwargs)
 
 
+_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}  # as _coerce names them
+
+
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     """Check (and gently convert) a YAML / command-line value against a field type."""
     origin = typing.get_origin(tp)
@@ -643,6 +646,9 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 return _coerce(value, arg, where)
             except ConfigError as e:
                 errors.append(str(e))
+        if len(errors) > 1:  # e.g. bool | str: say every kind of value the key takes, not only the first
+            kinds = [_KINDS.get(arg, str(arg)) for arg in args if arg is not type(None)]
+            raise ConfigError(f"{where} must be {' or '.join(kinds)}, got {value!r}")
         raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
     if tp is bool:
         if isinstance(value, bool):

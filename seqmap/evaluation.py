@@ -126,13 +126,20 @@ def check_summary_options(run: LoadedRun, lead_words: int | None) -> None:
         raise ValueError(f"--lead WORDS must be > 0 (or left out: the training targets' median), got {lead_words}")
 
 
+def hypotheses_path(run: LoadedRun, src: str | Path) -> Path:
+    """Where a run's hypotheses for ``src`` go when no other path is given: RUN_DIR/eval/SRC_NAME.hyp."""
+    return run.checkpoint.parent.parent / "eval" / (Path(src).name + ".hyp")
+
+
 def summary_baselines(run: LoadedRun, src: str | Path, ref: str | Path, result: dict, *,
                       lead_words: int | None = 0, other: LoadedRun | None = None,
-                      other_decode: DecodeConfig | None = None) -> list[tuple[str, dict]]:
+                      other_decode: DecodeConfig | None = None,
+                      other_out: str | Path | None = None) -> list[tuple[str, dict]]:
     """(name, scores) of ``run`` (its ``evaluate_files`` ``result``), the lead baseline and ``other`` (another
     run, e.g. without copying), all on the same documents.
 
     ``lead_words``: the lead's length; 0 = the median word count of the run's training targets, None = no lead.
+    ``other_out``: where the other run's hypotheses are written (default: its own ``hypotheses_path``).
     """
     check_summary_options(run, lead_words)
     rows = [(_system_name(run), result)]
@@ -142,7 +149,7 @@ def summary_baselines(run: LoadedRun, src: str | Path, ref: str | Path, result: 
         scores = lead_scores([s for s, _ in pairs], [r for _, r in pairs], words, run.cfg.data.tgt_lang)
         rows.append((scores["model"], scores))
     if other is not None:
-        out = other.checkpoint.parent.parent / "eval" / (Path(src).name + ".hyp")
+        out = Path(other_out) if other_out is not None else hypotheses_path(other, src)
         rows.append((_system_name(other), evaluate_files(other, src, ref, other_decode, out)))
     return rows
 

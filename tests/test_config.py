@@ -244,3 +244,10 @@ def test_sections_built_in_python_take_paths_and_numpy_numbers():
     assert lr == 0.5 and type(lr) is float
     with pytest.raises(ConfigError, match=r"decode.beam_size must be an integer, got .*2\.5"):
         DecodeConfig(beam_size=np.float64(2.5))
+
+
+def test_a_key_of_two_kinds_names_both_in_its_error():
+    """decode.hf_early_stopping takes true, false or a word (never); 1 was answered "must be true or false"."""
+    with pytest.raises(ConfigError, match=r"^decode.hf_early_stopping must be true or false or a string, got 1$"):
+        from_dict(DecodeConfig, {"hf_early_stopping": 1}, "decode")
+    assert from_dict(DecodeConfig, {"hf_early_stopping": "never"}, "decode").hf_early_stopping == "never"

@@ -52,7 +52,7 @@ def add_parser(commands) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from seqmap.evaluation import evaluate_files, rouge_line
+    from seqmap.evaluation import evaluate_files, hypotheses_path, rouge_line
 
     run = load(args)
     if args.ct2 is not None and run.cfg.data.task != "translation":
@@ -65,13 +65,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise UserError(f"{args.run_dir} is a language model; evaluate needs a translation run")
     if args.src is None or args.ref is None:
         raise UserError("a translation run is evaluated on --src FILE and --ref FILE")
-    out = Path(args.out) if args.out else run.checkpoint.parent.parent / "eval" / (Path(args.src).name + ".hyp")
+    out = Path(args.out) if args.out else hypotheses_path(run, args.src)
     check_out(out)
     decode = decode_config(run, args)
     if args.ct2 is not None:
         refuse_with_ct2(args, {"--baseline-run": args.baseline_run is not None})
     summarize = args.lead is not None or args.baseline_run is not None
-    baselines = _baselines(run, args) if summarize else None  # their mistakes found before decoding
+    baselines = _baselines(run, args, out) if summarize else None  # their mistakes found before decoding
     translate = None if args.ct2 is None else ct2_decoder(run, args, decode)
     try:
         result = evaluate_files(run, args.src, args.ref, decode, out, n_best=args.nbest,
@@ -99,11 +99,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _baselines(run, args: argparse.Namespace) -> tuple:
+def _baselines(run, args: argparse.Namespace, out: Path) -> tuple:
     """Before decoding, for --lead / --baseline-run: every document is there, ROUGE reads the target language,
-    the lead's length (WORDS, or the training targets' median) and the other run with its decode config."""
+    the lead's length (WORDS, or the training targets' median), the other run with its decode config, and where
+    its hypotheses go: beside --out's (OUT_STEM.baseline.hyp) when --out is given, else in its own eval folder."""
     from seqmap.data.corpus import read_lines
-    from seqmap.evaluation import check_documents, check_summary_options, median_target_words
+    from seqmap.evaluation import check_documents, check_summary_options, hypotheses_path, median_target_words
 
     try:
         check_summary_options(run, args.lead)
@@ -112,18 +113,22 @@ def _baselines(run, args: argparse.Namespace) -> tuple:
     except (OSError, ValueError) as e:  # no ROUGE for the language, --lead below 0, unreadable data.train
         raise UserError(str(e)) from None
     if args.baseline_run is None:
-        return words, None, None
+        return words, None, None, None
     other = load(argparse.Namespace(**{**vars(args), "run_dir": args.baseline_run}), task="translation")
-    return words, other, decode_config(other, args)
+    other_out = out.with_name(f"{out.stem}.baseline{out.suffix}") if args.out else hypotheses_path(other, args.src)
+    check_out(other_out, "baseline run's hypotheses")
+    return words, other, decode_config(other, args), other_out
 
 
-def _print_baselines(run, args: argparse.Namespace, result: dict, words, other, other_decode) -> None:
+def _print_baselines(run, args: argparse.Namespace, result: dict, words, other, other_decode, other_out) -> None:
     """The lead baseline and/or another run on the same documents, in one table with this run."""
     from seqmap.evaluation import summary_baselines, summary_table
 
     try:
         rows = summary_baselines(run, args.src, args.ref, result, lead_words=words, other=other,
-                                 other_decode=other_decode)
+                                 other_decode=other_decode, other_out=other_out)
     except (OSError, ValueError) as e:  # the other run's decoding options
         raise UserError(str(e)) from None
     print(f"the same {result['sentences']} documents ({result['rouge_signature']}):", *summary_table(rows), sep="\n")
+    if other_out is not None:
+        print(f"the baseline run's hypotheses written to {other_out}")

@@ -2,6 +2,7 @@
 same documents, their mistakes found before any decoding, and options that another kind of run reads refused
 instead of ignored. Untrained checkpoints (seconds): these tests check what is scored and what the user reads."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -59,19 +60,30 @@ def _files(runs, tmp_path) -> list[str]:
 
 
 def test_the_lead_and_another_run_are_scored_on_the_same_documents(runs, tmp_path, capsys):
+    shutil.rmtree(runs["plain"] / "eval", ignore_errors=True)  # whatever another test wrote there
     assert main(["evaluate", str(runs["summ"]), *_files(runs, tmp_path), "--lead", "2",
                  "--baseline-run", str(runs["plain"])]) == 0
     out = capsys.readouterr().out
     table = out[out.index("the same 3 documents (rouge-score:"):].splitlines()
     assert table[1].split() == ["ROUGE-1", "ROUGE-2", "ROUGE-L", "BLEU"]
-    names = [line[:30].strip() for line in table[2:]]
-    assert names == ["summ (no copy)", "lead (2 words)", "plain (no copy)"]
+    names = [line[:30].strip() for line in table[2:5]]
+    assert names == ["summ (no copy)", "lead (2 words)", "plain (no copy)"] and len(table) == 6
     assert table[3].split()[3:6] == ["100.00", "100.00", "100.00"]  # the first two words are the references
     ours = table[2].split()[3:]
     assert ours[2] == f"{float(out.split('ROUGE-L = ')[1].split()[0]):.2f}"  # this run's row is the scores above
-    # the other run is decoded into its own eval folder; the run's hypotheses go to --out
-    assert (runs["plain"] / "eval" / "docs.src.hyp").read_text().count("\n") == 3
+    # the run's hypotheses go to --out, the other run's beside them (not into the other run's folder)
     assert (tmp_path / "docs.hyp").read_text().count("\n") == 3
+    assert (tmp_path / "docs.baseline.hyp").read_text().count("\n") == 3
+    assert f"the baseline run's hypotheses written to {tmp_path / 'docs.baseline.hyp'}" in out
+    assert not (runs["plain"] / "eval").exists()
+
+
+def test_without_out_each_run_writes_its_hypotheses_into_its_own_eval_folder(runs, capsys):
+    assert main(["evaluate", str(runs["summ"]), "--src", str(runs["src"]), "--ref", str(runs["ref"]),
+                 "--baseline-run", str(runs["plain"])]) == 0
+    assert (runs["summ"] / "eval" / "docs.src.hyp").read_text().count("\n") == 3
+    assert (runs["plain"] / "eval" / "docs.src.hyp").read_text().count("\n") == 3
+    assert f"written to {runs['plain'] / 'eval' / 'docs.src.hyp'}" in capsys.readouterr().out
 
 
 def test_the_leads_length_is_by_default_the_median_of_the_training_targets(runs, tmp_path, capsys):
