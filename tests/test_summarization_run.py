@@ -57,7 +57,8 @@ def test_train_evaluate_against_baselines_translate_and_plot(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "ROUGE-L = " in out and "stem:yes" in out
     table = out[out.index("the same 20 documents"):].splitlines()
-    assert [line.split()[0] for line in table[2:]] == ["copy", "lead", "plain"]
+    assert [line.split()[0] for line in table[2:5]] == ["copy", "lead", "plain"]
+    assert table[5:] == [f"the baseline run's hypotheses written to {plain_run / 'eval' / 'test.src.hyp'}"]
     assert "(copy)" in table[2] and "(2 words)" in table[3] and "(no copy)" in table[4]
     assert main(["translate", str(copy_run), pairs[0][0]]) == 0
     assert main(["plot", "attention", str(copy_run), "--text", pairs[0][0], "--out", str(tmp_path / "a.png")]) == 0
