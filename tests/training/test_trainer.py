@@ -125,6 +125,12 @@ def test_a_run_is_not_overwritten_and_resume_needs_a_checkpoint(corpus, tmp_path
         train(cfg, tmp_path / "empty", resume=True, stream=open(os.devnull, "w"))
 
 
+def _another_runs_tokenizer(run: Path, record: str) -> str:
+    """The refusal of a new char-tokenizer run where a word-tokenizer run left its tokenizer and ``record``."""
+    return (f"{run} holds the start of another run (no checkpoint; its {record} has data.tokenizer='word' (this "
+            f"run: 'char')) whose tokenizer/ this run would reuse: delete {run}, or choose another --run-dir")
+
+
 def test_a_new_run_refuses_the_tokenizer_of_another_run_that_saved_no_checkpoint(corpus, tmp_path):
     """A run killed before its first checkpoint leaves its tokenizer; a new run there reused it silently, whatever
     its own data options (config.yaml then said data.tokenizer: char over a word tokenizer)."""
@@ -135,9 +141,7 @@ def test_a_new_run_refuses_the_tokenizer_of_another_run_that_saved_no_checkpoint
     other = dict(cfg, data=dict(cfg["data"], tokenizer="char"))
     with pytest.raises(TrainingError) as err:
         train(from_dict(RunConfig, other), run, stream=open(os.devnull, "w"))
-    assert str(err.value) == (f"{run} holds the start of another run (no checkpoint; its config.yaml has "
-                              f"data.tokenizer='word' (this run: 'char')) whose tokenizer/ this run would reuse: "
-                              f"delete {run}, or choose another --run-dir")
+    assert str(err.value) == _another_runs_tokenizer(run, "config.yaml")
     assert not (run / "checkpoints").exists()
     assert train(from_dict(RunConfig, cfg), run, stream=open(os.devnull, "w"))["step"] == 2  # the same data: fine
 
@@ -154,9 +158,7 @@ def test_a_new_run_refuses_the_tokenizer_of_a_run_that_failed_before_writing_its
     other = dict(failed, data=dict(failed["data"], tokenizer="char"))
     with pytest.raises(TrainingError) as err:
         train(from_dict(RunConfig, other), run, stream=open(os.devnull, "w"))
-    assert str(err.value) == (f"{run} holds the start of another run (no checkpoint; its tokenizer_data.yaml has "
-                              f"data.tokenizer='word' (this run: 'char')) whose tokenizer/ this run would reuse: "
-                              f"delete {run}, or choose another --run-dir")
+    assert str(err.value) == _another_runs_tokenizer(run, "tokenizer_data.yaml")
     with pytest.raises(DataError, match="no training pairs left"):  # the same data again: its own error, not ours
         train(from_dict(RunConfig, failed), run, stream=open(os.devnull, "w"))
     assert train(from_dict(RunConfig, cfg), run, stream=open(os.devnull, "w"))["step"] == 2  # max_len: not fitted
