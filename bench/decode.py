@@ -6,6 +6,7 @@
     python bench/decode.py --profile        # profile seqmap's decoding instead of timing (torch.profiler)
     python bench/decode.py --profile hf     # the same for transformers' generate
     python bench/decode.py --profile int8   # the same for seqmap --quantize int8
+    python bench/decode.py --isa avx2       # every library kept to AVX2 kernels (an AVX2-only CPU, approximated)
 
 One model, three runtimes (seqmap three times: as ``load_run`` gives it to translate, evaluate, generate and
 serve, with packed Linear weights (``seqmap.nn.packed``: MKL's packs on Intel CPUs, oneDNN's elsewhere;
@@ -66,7 +67,7 @@ from torch import Tensor
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/machine.py
 
-from machine import cpu_name  # noqa: E402
+from machine import ISA_LIMITS, cpu_name, limit_isa  # noqa: E402
 
 from seqmap.config import ModelConfig  # noqa: E402
 from seqmap.decoding.beam import beam_search  # noqa: E402
@@ -287,6 +288,9 @@ def make_sources(sentences: int, src_len: int, seed: int) -> Tensor:
 def make_runner(runtime: str, args, ct2_dir: str | None):
     """Build one runtime; return ``decode(beam) -> best hypotheses``. Runs inside that runtime's process."""
     torch.set_num_threads(args.threads)
+    if args.isa and torch.backends.cpu.get_cpu_capability() != args.isa.upper():
+        raise SystemExit(f"--isa {args.isa}: torch runs {torch.backends.cpu.get_cpu_capability()} kernels in this "
+                         f"process; set ATEN_CPU_CAPABILITY before torch starts")
     src = make_sources(args.sentences, args.src_len, args.seed)
     mask = torch.ones_like(src, dtype=torch.bool)  # True = real token; every sentence has the full length
     if runtime in ("ct2", "ct2_int8"):
@@ -436,6 +440,9 @@ def main(argv=None) -> None:
     parser.add_argument("--pack", choices=["auto", *BACKENDS], default="auto",
                         help=f"the library of seqmap's packed Linear weights (sets {BACKEND_VARIABLE}); "
                         "auto: this CPU's choice (seqmap.nn.packed)")
+    parser.add_argument("--isa", choices=sorted(ISA_LIMITS),
+                        help="keep torch, oneDNN, MKL and CTranslate2 to this instruction set's kernels (on a CPU with "
+                        "AVX-512, an approximation of an AVX2-only CPU; checked in each runtime's process)")
     parser.add_argument("--no-int8", dest="int8", action="store_false",
                         help="skip the int8 rows (seqmap --quantize int8 vs CTranslate2 compute_type int8)")
     parser.add_argument("--json", type=Path, help="also write the rows to this file as a JSON list; "
@@ -445,6 +452,8 @@ def main(argv=None) -> None:
         args.sentences, args.new_tokens, args.repeats, args.warmup = 8, 16, 2, 1
     if args.pack != "auto":  # read by every runtime process (spawned with this environment)
         os.environ[BACKEND_VARIABLE] = args.pack
+    if args.isa:  # before any runtime's process starts (they inherit this environment)
+        limit_isa(args.isa)
     if args.profile:
         profile_runtime("seqmap_int8" if args.profile == "int8" else args.profile, args, args.beams)
         return
