@@ -6,7 +6,8 @@ A checkpoint is a directory, e.g. ``RUN_DIR/checkpoints/step-000120/``::
     trainer.safetensors  the tensors of the trainer state (optimizer moments and steps, RNG states)
     trainer.json         everything else: trainer counters, the optimizer's param_groups, the
                          python/numpy RNG states, with {"__tensor__": name} where a tensor goes;
-                         in a run of several processes the RNG states of each (``rank_rng``)
+                         in a run of several processes the RNG states of each (``rank_rng``);
+                         the metric value the checkpoint index ranks it by (``index_entry``)
     config.yaml          the resolved config, so the checkpoint says what it is
     tokenizer/           optional: the tokenizer files, copied in
 
@@ -106,15 +107,20 @@ def save_checkpoint(
     config: Mapping[str, Any],
     tokenizer_dir: str | os.PathLike | None = None,
     rank_rng: Sequence[Mapping[str, Any]] = (),
+    index_entry: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write model weights, optimizer and RNG state, ``trainer_state`` and ``config`` to ``directory``.
 
     ``trainer_state`` must be plain JSON data (dict with str keys, list, str, int, float, bool,
     None); ``config`` plain YAML data. ``rank_rng``: in a run of several processes, the ``rng_state()``
     of ranks 1, 2, ... (this process is rank 0), so each draws on after a resume as it would have.
-    An existing ``directory`` is replaced. Returns its path.
+    ``index_entry``: what ``CheckpointManager`` ranks this checkpoint by (JSON data, kept in trainer.json),
+    so that an index rebuilt from the step directories still knows it. An existing ``directory`` is
+    replaced. Returns its path.
     """
     trainer = {"trainer_state": _checked_json(trainer_state, "trainer_state"), "optimizer": None, "rng": None}
+    if index_entry is not None:
+        trainer["index_entry"] = _checked_json(index_entry, "index_entry")
     tensors: dict[str, Tensor] = {}
     if optimizer is not None:
         trainer["optimizer"] = _encode(optimizer.state_dict(), "optimizer", tensors)

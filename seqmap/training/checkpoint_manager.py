@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from seqmap.training.checkpoint import save_checkpoint
-from seqmap.training.checkpoint_files import CheckpointError, fsync_dir
+from seqmap.training.checkpoint_files import TRAINER_JSON, CheckpointError, fsync_dir
 
 INDEX_FILE = "index.json"
 
@@ -53,11 +53,11 @@ class CheckpointManager:
                 f"{self.dir / INDEX_FILE} tracks metric {index.get('metric')!r} ({index.get('mode')}), not "
                 f"{self.metric!r} ({self.mode}); use the same metric and mode, or another run_dir"
             )
-        path = save_checkpoint(self.dir / f"step-{step:06d}", **kwargs)
         value = None if metric_value is None or math.isnan(metric_value) else float(metric_value)
+        ranked = {"metric": value} | ({} if tie_break is None else {"tie_break": float(tie_break)})
+        path = save_checkpoint(self.dir / f"step-{step:06d}", index_entry={"by": self.metric, **ranked}, **kwargs)
         entries = [e for e in self._entries(index) if e["step"] != step]
-        entries.append({"step": step, "name": path.name, "metric": value}
-                       | ({} if tie_break is None else {"tie_break": float(tie_break)}))
+        entries.append({"step": step, "name": path.name, **ranked})
         best = self._best(entries)
         keep = [e for i, e in enumerate(entries) if i >= len(entries) - self.keep_last or e is best]
         self._write_index(keep, best)
@@ -72,8 +72,9 @@ class CheckpointManager:
         return self.dir / entries[-1]["name"] if entries else None
 
     def best(self) -> Path | None:
-        """The checkpoint with the best metric value so far, or None."""
-        best = self._read_index().get("best")
+        """The checkpoint with the best metric value so far, or None (also while the index is being rebuilt)."""
+        index = self._read_index()
+        best = index.get("best") if index else self._best(self._entries(index))
         return self.dir / best["name"] if best and (self.dir / best["name"]).is_dir() else None
 
     def _best(self, entries: list[dict]) -> dict | None:
@@ -90,7 +91,20 @@ class CheckpointManager:
         # step directories the index does not name, by step number (step-1000000 comes after step-999999)
         orphans = sorted((int(p.name.removeprefix("step-")), p.name) for p in self.dir.glob("step-*")
                          if p.is_dir() and p.name not in names and p.name.removeprefix("step-").isdigit())
-        return [{"step": step, "name": n, "metric": None} for step, n in orphans] + indexed
+        return [{"step": step, "name": n, **self._ranked(n)} for step, n in orphans] + indexed
+
+    def _ranked(self, name: str) -> dict:
+        """How checkpoint ``name`` ranks, as its save recorded in its trainer.json (``index_entry``): an index
+        rebuilt from the step directories keeps the best one. Unknown (saved by an older seqmap, or ranked by
+        another metric, or unreadable): no metric value."""
+        try:
+            saved = json.loads((self.dir / name / TRAINER_JSON).read_text(encoding="utf-8")).get("index_entry")
+        except (OSError, ValueError, AttributeError):
+            saved = None
+        if not isinstance(saved, dict) or saved.get("by") != self.metric or not _number(saved.get("metric")):
+            return {"metric": None}
+        return {"metric": float(saved["metric"])} | ({"tie_break": float(saved["tie_break"])}
+                                                     if _number(saved.get("tie_break")) else {})
 
     def _read_index(self) -> dict:
         file = self.dir / INDEX_FILE
@@ -119,3 +133,7 @@ class CheckpointManager:
             os.fsync(f.fileno())
         os.replace(tmp, self.dir / INDEX_FILE)
         fsync_dir(self.dir)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

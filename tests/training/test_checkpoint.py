@@ -309,6 +309,27 @@ def test_a_damaged_index_says_to_delete_it_and_without_it_the_latest_is_the_high
     assert manager.latest() == tmp_path / "checkpoints" / "step-1000000"
 
 
+def test_an_index_rebuilt_from_the_step_dirs_keeps_the_best_and_its_ties(tmp_path):
+    manager = CheckpointManager(tmp_path, keep_last=1, metric="bleu", mode="max")
+    for step, value, loss in [(1, 20.0, 3.0), (2, 30.0, 2.5), (3, 30.0, 2.0), (4, 10.0, 1.0)]:
+        manager.save(step, model=Tiny(), trainer_state={"step": step}, config=CONFIG, metric_value=value,
+                     tie_break=loss)
+    (tmp_path / "checkpoints" / "index.json").unlink()  # as the damaged-index error says to
+    assert manager.best() == tmp_path / "checkpoints" / "step-000003"  # 30.0 with the lower loss
+    manager.save(5, model=Tiny(), trainer_state={"step": 5}, config=CONFIG, metric_value=5.0)
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*"))
+    assert kept == ["step-000003", "step-000005"]  # rotation kept the best (before: forgotten and deleted)
+    index = json.loads((tmp_path / "checkpoints" / "index.json").read_text())
+    assert index["best"] == {"name": "step-000003", "step": 3, "value": 30.0}
+    # ranked by another metric, or saved by an older seqmap (no index_entry): no value, as before
+    (tmp_path / "checkpoints" / "index.json").unlink()
+    assert CheckpointManager(tmp_path, keep_last=1, metric="loss").best() is None
+    trainer_json = tmp_path / "checkpoints" / "step-000003" / "trainer.json"
+    trainer_json.write_text(json.dumps({k: v for k, v in json.loads(trainer_json.read_text()).items()
+                                        if k != "index_entry"}))
+    assert manager.best() == tmp_path / "checkpoints" / "step-000005"
+
+
 def test_manager_without_metric_and_bad_options(tmp_path):
     manager = CheckpointManager(tmp_path, keep_last=1)
     assert manager.latest() is None and manager.best() is None
