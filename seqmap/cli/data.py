@@ -28,6 +28,13 @@ def add_parser(commands) -> None:
 def cmd_data(args: argparse.Namespace) -> int:
     from seqmap.data import datasets
 
+    # each option belongs to some actions only: given to another, it would be ignored without a word
+    for flag, value, actions in (("--dest", args.dest, ("download", "prepare")), ("--from", args.source, ("prepare",)),
+                                 ("--base-url", args.base_url, ("download",)), ("--force", args.force, ("download",))):
+        if value and args.action not in actions:
+            raise UserError(f"{flag} is for seqmap data {' and '.join(actions)}, not {args.action}; leave it out"
+                            + (f" or run seqmap data prepare {args.name or 'NAME'} --from {value}" if flag == "--from"
+                               else ""))
     if args.action == "list":
         if args.name is not None:
             raise UserError(f"seqmap data list takes no NAME (got {args.name!r}); it lists every dataset")

@@ -99,6 +99,7 @@ def npz_arrays_sha256(raw: bytes, where: str) -> str:
 def verified_content(file: SourceFile, raw: bytes, where: str) -> bytes:
     """The content of ``raw`` after checking it against ``file.sha256``."""
     if file.digest == "npz-arrays":
+        raw = _content(raw, where)  # a gzipped copy (mnist.npz.gz) verifies as the .npz it holds
         actual = npz_arrays_sha256(raw, where)
         if actual != file.sha256:
             raise ChecksumError(f"checksum mismatch for {where}: expected the arrays' sha256 {file.sha256}, "
@@ -125,6 +126,9 @@ def write_file(path: Path, data: bytes) -> None:
     try:
         tmp.write_bytes(data)
         os.replace(tmp, path)
+    except OSError as err:
+        raise DatasetError(f"cannot write {path} ({err.strerror or err}); give a --dest folder you can write to, "
+                           "with no folder of that name in it") from None
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -127,6 +127,7 @@ __all__ = [
 ]
 
 DOWNLOAD_TIMEOUT_S = 60.0  # per blocking network operation, not per file
+_README_MARK = b"Prepared by seqmap.data.datasets"  # in every README.txt that prepare writes
 
 
 def _fetch(dataset: Dataset, file: SourceFile, url: str, target: Path) -> None:
@@ -147,6 +148,9 @@ def _fetch(dataset: Dataset, file: SourceFile, url: str, target: Path) -> None:
         except ChecksumError as err:
             raise ChecksumError(f"{err}. The downloaded file was deleted; try again, or check the mirror.") from None
         os.replace(tmp, target)
+    except OSError as err:  # network errors became DownloadError above: this is the local disk
+        raise DatasetError(f"cannot write {target} ({err.strerror or err}); give a --dest folder you can write to, "
+                           "with no folder of that name in it") from None
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -189,10 +193,13 @@ def download(name: str, dest_dir: str | os.PathLike, *, base_url: str | None = N
     if urllib.parse.urlsplit(root).scheme not in ("http", "https", "file"):
         raise DatasetError(f"base URL {root!r} must start with http://, https:// or file://")
     source = _make_dir(dest) / "source"
+    if source.exists() and not source.is_dir():
+        raise DatasetError(f"{source} is a file, where download keeps the upstream files; move it away or give "
+                           "another --dest")
     source.mkdir(exist_ok=True)
     for file in dataset.raw or dataset.files:
         target = source / file.name
-        if target.is_file() and not force:
+        if target.is_file() and not force and file.sha256:  # a file with no checksum cannot be told intact
             try:
                 verified_content(file, target.read_bytes(), str(target))
                 continue  # already here and intact
@@ -242,7 +249,7 @@ def prepare(name: str, source_dir: str | os.PathLike, dest_dir: str | os.PathLik
         raise MissingFilesError(f"cannot prepare {name}: source directory {source} does not exist")
     ready = {f: [p for p in _candidates(source, f) if p.is_file()] for f in dataset.prepared}
     if ready and all(ready.values()):  # the prepared files themselves (e.g. cora.npz): verify and copy
-        dest = _make_dir(Path(dest_dir))
+        dest = _make_dir(Path(dest_dir), dataset)
         for file, paths in ready.items():
             write_file(dest / file.out, verified_content(file, paths[0].read_bytes(), str(paths[0])))
         return _write_readme(dataset, dest, [f.out for f in dataset.prepared], dataset.prepared, "")
@@ -271,16 +278,25 @@ def _prepare_from_bundle(dataset: Dataset, dest: Path) -> Path:
     return _write_layout(dataset, contents, dest)
 
 
-def _make_dir(dest: Path) -> Path:
-    """``dest``, created if missing; a file there is the user's to move."""
+def _make_dir(dest: Path, dataset: Dataset | None = None) -> Path:
+    """``dest``, created if missing; a file there is the user's to move. With ``dataset``, a README.txt there must be
+    one that seqmap wrote (an earlier run's): one of the user's own is not overwritten."""
     if dest.exists() and not dest.is_dir():
         raise DatasetError(f"--dest {dest} is a file; give a folder (it is created if missing)")
-    dest.mkdir(parents=True, exist_ok=True)
+    readme = dest / "README.txt"
+    if dataset is not None and readme.is_file() and _README_MARK not in readme.read_bytes():
+        raise DatasetError(f"--dest {dest} holds a README.txt that seqmap did not write, and preparing {dataset.name} "
+                           "there would overwrite it; give another --dest, or move that file away")
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DatasetError(f"cannot create --dest {dest} ({err.strerror or err}); give a folder you can write to "
+                           "whose parents are folders") from None
     return dest
 
 
 def _write_layout(dataset: Dataset, contents: dict[str, bytes], dest: Path) -> Path:
-    _make_dir(dest)
+    _make_dir(dest, dataset)
     written = (dataset.writer or write_renamed)(dataset, contents, dest)
     return _write_readme(dataset, dest, written, dataset.files, dataset.base_url)
 
@@ -294,7 +310,7 @@ def _write_readme(dataset: Dataset, dest: Path, written: list[str], files, base_
         "",
         f"License: {dataset.license}",
         "",
-        "Prepared by seqmap.data.datasets from (SHA-256 of the content):",
+        _README_MARK.decode() + " from (SHA-256 of the content):",
         *(f"  {src}  {f.sha256 or '(none recorded: the converted arrays are checked)'}"
           f"{' (of its arrays)' if f.digest == 'npz-arrays' else ''}"
           for src, f in zip(sources, files, strict=True)),

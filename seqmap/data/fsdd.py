@@ -13,6 +13,7 @@ import io
 import re
 import wave
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -52,7 +53,12 @@ def build_npz(archive: bytes) -> bytes:
     found.sort()
     waves, rates = [], set()
     for *_, name in found:
-        samples, rate = read_pcm16(zf.read(name), name)
+        try:
+            raw = zf.read(name)
+        except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as e:
+            raise DatasetError(f"{name} in the FSDD archive does not decompress ({e}); the archive is damaged: "
+                               "fetch it again") from None
+        samples, rate = read_pcm16(raw, name)
         waves.append(samples)
         rates.add(rate)
     if len(rates) != 1:
