@@ -161,7 +161,8 @@ def _network_hint(dataset: Dataset, url: str, reason: str) -> str:
         f"instead: seqmap data prepare {dataset.name} --from DIR (or pass another base URL for a mirror)."
     )
     if dataset.bundled:
-        hint += f" A copy of {dataset.name} also ships with seqmap and needs no download."
+        hint += (f" A copy of {dataset.name} also ships with seqmap and needs no download: train on it with "
+                 f"data.dataset: {dataset.name} in the config (no file paths).")
     return hint
 
 

@@ -201,6 +201,10 @@ def test_download_unreachable_url_names_url_and_suggests_prepare(tmp_path):
     message = str(info.value)
     assert f"{base}/ptb.train.txt" in message and "seqmap data prepare ptb --from DIR" in message
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    with pytest.raises(ds.DownloadError) as info:  # a bundled dataset: the hint says how to use the copy
+        ds.download("tinyshakespeare", tmp_path, base_url=base)
+    assert str(info.value).endswith("ships with seqmap and needs no download: train on it with "
+                                    "data.dataset: tinyshakespeare in the config (no file paths).")
 
 
 def test_download_from_file_url_mirror_and_bad_base_url(tmp_path):
