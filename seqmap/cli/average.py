@@ -29,10 +29,13 @@ def cmd_average(args: argparse.Namespace) -> int:
     for path in paths:
         if (path / "checkpoints").is_dir():
             raise UserError(f"{path} is a run directory; give its checkpoint directories ({path}/checkpoints/step-*)")
-        if paths.count(path) > 1:
+        if [p.resolve() for p in paths].count(path.resolve()) > 1:  # also step-1 and ./run/../step-1
             raise UserError(f"{path} is given twice; give each checkpoint once (each counts once in the mean)")
     if Path(args.out).exists():
         raise UserError(f"--out {args.out} already exists; give a new directory (averaging never overwrites)")
+    above = next(p for p in Path(args.out).absolute().parents if p.exists())
+    if not above.is_dir():
+        raise UserError(f"{above} is a file, so --out {args.out} cannot be made under it; give a new directory")
     out = save_averaged(args.checkpoints, args.out)
     print(f"averaged {len(args.checkpoints)} checkpoints into {out}")
     return 0

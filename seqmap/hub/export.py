@@ -8,10 +8,12 @@
 
 An option with no equivalent is refused in one line naming it. The vocabulary goes back to the model's own
 order when the run's tokenizer was imported (``seqmap.data.hf_tokenizer``); a seqmap-trained model keeps
-seqmap's ids (0 PAD, 1 BOS, 2 EOS, 3 UNK). Tokenizers: an imported one is written back as it came (GPT-2's
-``tokenizer.json``; Marian's ``source.spm``, ``target.spm`` and ``vocab.json``); seqmap's char and word
-tokenizers become a word-level ``tokenizer.json``; a sentencepiece one is not converted (``TOKENIZER.txt``
-says so). The decode options of the run's config become the model's ``generation_config``.
+seqmap's ids (0 PAD, 1 BOS, 2 EOS, 3 UNK), and its GPT-2 ``config.json`` says so in ``seqmap_tokenizer``
+(its special ids, and that its prompts start with EOS), so ``seqmap import hf`` gives the model back.
+Tokenizers: an imported one is written back as it came (GPT-2's ``tokenizer.json``; Marian's ``source.spm``,
+``target.spm`` and ``vocab.json``); seqmap's char and word tokenizers become a word-level ``tokenizer.json``;
+a sentencepiece one is not converted (``TOKENIZER.txt`` says so). The decode options of the run's config
+become the model's ``generation_config``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from torch import Tensor
 from seqmap.config import DecodeConfig, ModelConfig
 from seqmap.data.hf_tokenizer import HFTokenizer, MarianBackend
 from seqmap.data.tokenizer_base import BOS, EOS, PAD, UNK
-from seqmap.hub.source import HubError
+from seqmap.hub.source import HubError, out_directory
 
 FAMILIES = {"lm": "GPT2LMHeadModel", "transformer": "MarianMTModel"}
 
@@ -52,9 +54,7 @@ def export_hf(run, out_dir: str | os.PathLike) -> Path:
 
 def fresh_out(out_dir: str | os.PathLike) -> Path:
     """``--out`` of an export: a new or empty directory (files of an earlier export are not mixed with the new)."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise HubError(f"{out} is a file; choose another --out directory")
+    out = out_directory(out_dir)
     if out.is_dir() and any(out.iterdir()):
         raise HubError(f"{out} exists and is not empty; choose another --out directory")
     return out
@@ -126,8 +126,12 @@ def _gpt2(run):
                         n_head=m.n_heads, n_inner=m.d_ff,
                         activation_function={"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}[m.activation],
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
-                        bos_token_id=hf_tok.roles.get("bos", eos) if hf_tok else EOS, eos_token_id=eos,
+                        bos_token_id=hf_tok.roles.get("bos", eos) if hf_tok and hf_tok.prompt == "text" else eos,
+                        eos_token_id=eos,
                         tie_word_embeddings=m.tie_embeddings)
+    if hf_tok is None or hf_tok.prompt == "eos":  # seqmap's prompts (EOS, then the text) and special ids, so
+        roles = hf_tok.roles if hf_tok else {"pad": PAD, "bos": BOS, "eos": EOS, "unk": UNK}  # import gives them back
+        config.seqmap_tokenizer = {"roles": roles, "prompt": "eos"}
     model = GPT2LMHeadModel(config).eval()
     index = torch.tensor(order)
     weights = {"transformer.wte.weight": sd["embedding.table.weight"][index],
@@ -269,8 +273,10 @@ def _export_tokenizer(tok, out: Path) -> None:
 
     if isinstance(tok, HFTokenizer) and tok.backend.name == "tokenizers":
         hf = tok.tok
-        eos = hf.id_to_token(tok.roles["eos"])
-        PreTrainedTokenizerFast(tokenizer_object=hf, eos_token=eos, bos_token=eos, unk_token=eos).save_pretrained(out)
+        names = {r: hf.id_to_token(tok.roles.get(r, tok.roles["eos"])) for r in ("eos", "bos", "unk")}
+        if "pad" in tok.roles:  # a seqmap-trained LM's export, imported (GPT-2 has no pad token)
+            names["pad"] = hf.id_to_token(tok.roles["pad"])
+        PreTrainedTokenizerFast(tokenizer_object=hf, **{f"{r}_token": n for r, n in names.items()}).save_pretrained(out)
         return
     if tok.kind in ("char", "word"):
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers

@@ -16,7 +16,8 @@ ordinary config options with their own tests):
   embedding scaling, the output layer tied to the embedding (or its own ``lm_head`` with
   ``tie_word_embeddings: false``). GPT-2's ``Conv1D`` layers store their
   weights transposed ((in, out)); its ``c_attn`` holds query, key and value side by side, as seqmap's
-  fused ``in_proj`` does.
+  fused ``in_proj`` does. A seqmap-trained LM's export (``seqmap_tokenizer`` in ``config.json``) comes back with
+  its own special ids and prompts (EOS, then the text).
 * ``BertForSequenceClassification`` / ``BertModel`` -> ``family: classifier`` and
   ``ViTForImageClassification`` -> ``family: vit``: see ``seqmap.hub.encoders``.
 
@@ -50,7 +51,15 @@ from seqmap.config import (
 from seqmap.data.hf_tokenizer import HFTokenizer
 from seqmap.data.tokenizer_base import BOS
 from seqmap.data.tokenizers import save_pair
-from seqmap.hub.source import HubError, Imported, read_json, read_weights, resolve_source, rows
+from seqmap.hub.source import (
+    HubError,
+    Imported,
+    out_directory,
+    read_json,
+    read_weights,
+    resolve_source,
+    rows,
+)
 from seqmap.models.builder import build_model
 from seqmap.nn.positional import sinusoidal_table
 from seqmap.training.checkpoint_manager import CheckpointManager
@@ -85,11 +94,19 @@ def _gpt2_tokenizer(source: Path, config: dict[str, Any]) -> HFTokenizer:
     eos = config.get("eos_token_id")
     if not isinstance(eos, int):
         raise HubError(f"{source / 'config.json'}: eos_token_id must be an integer id")
-    roles = {"eos": eos}
+    roles, prompt = {"eos": eos}, "text"
     bos = config.get("bos_token_id")
     if isinstance(bos, int) and bos != eos:
         roles["bos"] = bos
-    tok = HFTokenizer.from_file(source / "tokenizer.json", roles, prompt="text")
+    exported = config.get("seqmap_tokenizer")  # written by seqmap export hf for a seqmap-trained LM
+    if exported is not None:
+        if (not isinstance(exported, dict) or exported.get("prompt") not in ("text", "eos")
+                or not isinstance(exported.get("roles"), dict)
+                or not all(isinstance(i, int) for i in exported["roles"].values())):
+            raise HubError(f"{source / 'config.json'}: seqmap_tokenizer must be {{\"roles\": {{ROLE: id}}, "
+                           f"\"prompt\": \"text\" or \"eos\"}} as seqmap export hf writes it, got {exported!r}")
+        roles, prompt = {**exported["roles"], "eos": eos}, exported["prompt"]
+    tok = HFTokenizer.from_file(source / "tokenizer.json", roles, prompt=prompt)
     if tok.hf_vocab != config["vocab_size"]:
         raise HubError(f"{source / 'tokenizer.json'} has {tok.hf_vocab} tokens but config.json's vocab_size is "
                        f"{config['vocab_size']}: the tokenizer does not belong to this model")
@@ -158,6 +175,10 @@ def _marian_tokenizers(source: Path, config: dict[str, Any]) -> tuple[HFTokenize
         if not isinstance(config.get(key), int):
             raise HubError(f"{where}: {key} must be an integer id")
         roles[role] = config[key]
+    if not (source / "vocab.json").is_file() and (source / "tokenizer.json").is_file():
+        raise HubError(f"{source} holds tokenizer.json, not Marian's source.spm, target.spm and vocab.json (as "
+                       "seqmap export hf writes a seqmap-trained Transformer); seqmap imports a MarianMT with a "
+                       "MarianTokenizer's files: copy them in, or for a seqmap export use the run it came from")
     if config.get("decoder_start_token_id", config["pad_token_id"]) != config["pad_token_id"]:
         raise HubError(f"{where}: decoder_start_token_id differs from pad_token_id; seqmap maps Marian's decoder "
                        "start onto its BOS from the pad token")
@@ -320,11 +341,10 @@ def import_hf(source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
         for name, tensor in state.items():
             if name in weights:
                 tensor.copy_(weights[name])
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise HubError(f"{out} is a file; choose another --out directory")
-    if (out / "checkpoints").exists():
-        raise HubError(f"{out} already holds checkpoints; choose another --out directory")
+    out = out_directory(out_dir)
+    for name in ("checkpoints", "config.yaml", "tokenizer"):  # what the import writes: never over a user's files
+        if (out / name).exists():
+            raise HubError(f"{out} already holds {name}; choose another --out directory")
     tok_dir = out / "tokenizer"
     if tok is not None:
         save_pair(imported.src_tok, tok, tok_dir)

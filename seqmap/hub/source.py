@@ -22,6 +22,17 @@ class HubError(ValueError):
     """A pretrained checkpoint cannot be imported; the message names the file or field and the fix."""
 
 
+def out_directory(out_dir: str | os.PathLike) -> Path:
+    """``--out`` as a Path, refused in one line where it or a folder above it is a file (it cannot be made)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise HubError(f"{out} is a file; choose another --out directory")
+    above = next((p for p in out.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise HubError(f"{above} is a file, so --out {out} cannot be made under it; choose another --out directory")
+    return out
+
+
 def resolve_source(source: str | os.PathLike) -> Path:
     """A local ``save_pretrained`` directory, or a Hub name fetched with ``huggingface_hub`` (one line when offline)."""
     path = Path(source)

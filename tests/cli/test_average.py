@@ -50,3 +50,23 @@ def test_checkpoints_of_two_runs_are_refused_in_one_line(tmp_path, capsys):
                                        "checkpoints of one run (model.norm_position 'pre' vs 'post'); average "
                                        "checkpoints of one run\n")
     assert not (tmp_path / "avg").exists()
+
+
+def test_one_checkpoint_under_two_spellings_is_refused(checkpoints, tmp_path, monkeypatch, capsys):
+    """A relative and an absolute path to one checkpoint used to count it twice in the mean."""
+    first, second = checkpoints
+    monkeypatch.chdir(first.parent)
+    assert main(["average", first.name, str(first), str(second), "--out", str(tmp_path / "avg")]) == 2
+    assert capsys.readouterr().err == (f"seqmap: error: {first.name} is given twice; give each checkpoint once "
+                                       "(each counts once in the mean)\n")
+    assert not (tmp_path / "avg").exists()
+
+
+def test_an_out_under_a_file_is_refused_in_one_line(checkpoints, tmp_path, capsys):
+    """``--out FILE/avg`` used to end in a FileExistsError traceback after the weights were averaged."""
+    first, second = checkpoints
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "avg"
+    assert main(["average", str(first), str(second), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (f"seqmap: error: {tmp_path / 'file'} is a file, so --out {out} cannot be made "
+                                       "under it; give a new directory\n")
