@@ -25,7 +25,7 @@ def add_parser(commands) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from seqmap.decoding.text import generate_texts, lm_prompt
+    from seqmap.decoding.text import continuation, generate_texts, lm_prompt
 
     run = load(args)
     if run.cfg.data.task in ("classification", "image"):
@@ -37,8 +37,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     check_text(args.prompt, "--prompt")
     decode = decode_config(run, args)
     if args.ct2 is not None:
-        (output,) = ct2_generate(run, args, decode, [lm_prompt(run.tgt_tok, args.prompt)], sample=not args.greedy)
-        print(args.prompt + run.tgt_tok.decode(output))
+        prompt = lm_prompt(run.tgt_tok, args.prompt)
+        (output,) = ct2_generate(run, args, decode, [prompt], sample=not args.greedy)
+        print(args.prompt + continuation(run.tgt_tok, prompt, output))
         return 0
     (text,) = generate_texts(run.model, run.tgt_tok, [args.prompt], decode, sample=not args.greedy, seed=args.seed,
                              device=run.device)

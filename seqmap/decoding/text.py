@@ -259,18 +259,28 @@ def lm_prompt(tok: Tokenizer, text: str) -> list[int]:
     return [EOS, *tok.encode(text)]
 
 
+def continuation(tok: Tokenizer, prompt_ids: Sequence[int], output: Sequence[int]) -> str:
+    """The text of ``output`` as it reads after the prompt (``prompt_ids``), so that prompt + continuation is the
+    whole text: decoded behind the prompt's ids, a word or subword tokenizer puts the space between them that
+    decoding ``output`` alone drops ("the cat" + "sat on" read "the catsat on")."""
+    before, whole = tok.decode(list(prompt_ids)), tok.decode([*prompt_ids, *output])
+    return whole[len(before):] if whole.startswith(before) else tok.decode(list(output))
+
+
 def generate_texts(model, tok: Tokenizer, prompts: Sequence[str], decode: DecodeConfig | None = None, *,
                    n_best: int = 1, sample: bool = False, seed: int = 0, device: torch.device | str = "cpu",
                    **overrides) -> list[str] | list[list[Scored]]:
-    """Continue text prompts with a language model; the continuations (prompt excluded), n-best lists if n_best > 1.
+    """Continue text prompts with a language model; the continuations (prompt excluded, as they read after it:
+    ``continuation``), n-best lists if n_best > 1.
 
     Prompts are encoded as the training stream was (``lm_prompt``), so an empty
     prompt starts a new line.
     """
     decode = resolve_config(decode, overrides)
-    nbest = generate_nbest(model, [lm_prompt(tok, p) for p in prompts], decode, n_best=n_best, sample=sample,
-                           seed=seed, device=device)
+    ids = [lm_prompt(tok, p) for p in prompts]
+    nbest = generate_nbest(model, ids, decode, n_best=n_best, sample=sample, seed=seed, device=device)
     if n_best == 1:
-        return [tok.decode(entries[0].output) for entries in nbest]
-    return [[e._replace(output=tok.decode(e.output)) for e in entries] for entries in nbest]
+        return [continuation(tok, prompt, entries[0].output) for prompt, entries in zip(ids, nbest, strict=True)]
+    return [[e._replace(output=continuation(tok, prompt, e.output)) for e in entries]
+            for prompt, entries in zip(ids, nbest, strict=True)]
 

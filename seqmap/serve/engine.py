@@ -46,7 +46,7 @@ from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD
 from seqmap.decoding.align import forced_attention
 from seqmap.decoding.greedy import decode_loop, pick_best
 from seqmap.decoding.sampling import RowSampler
-from seqmap.decoding.text import lm_prompt, resolve_config, strip_output, translate_nbest
+from seqmap.decoding.text import continuation, lm_prompt, resolve_config, strip_output, translate_nbest
 from seqmap.hub.ct2 import export_positions, generate_ct2_nbest, translate_ct2_nbest
 from seqmap.runs import LoadedRun
 from seqmap.serve.schemas import GenerateRequest, Limits, RequestError, TranslateRequest
@@ -223,7 +223,8 @@ class Engine:
             outputs = [(entries[0].output, len(entries[0].output) < key.max_new) for entries in nbest]
         else:
             outputs = self._generate(key, jobs)
-        return [{"prompt": job.prompt, "text": run.tgt_tok.decode(ids), "tokens": len(ids), "finished": finished,
+        return [{"prompt": job.prompt, "text": continuation(run.tgt_tok, job.ids, ids), "tokens": len(ids),
+                 "finished": finished,
                  "attention": self.self_attention(job.ids, ids, finished) if job.attention else None}
                 for job, (ids, finished) in zip(jobs, outputs, strict=True)]
 

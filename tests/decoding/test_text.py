@@ -148,11 +148,22 @@ def test_generate_continues_prompts_after_an_eos():
     out = generate_texts(model, TOK, prompts, max_new_tokens=6)
     for text, prompt in zip(out, prompts):
         ids_ = torch.tensor([[EOS, *TOK.encode(prompt)]])
-        expected = greedy(model, None, None, bos=BOS, eos=EOS, max_len=6, prompt=ids_)
-        assert text == TOK.decode(strip_output(expected.tokens[0].tolist()))
+        expected = strip_output(greedy(model, None, None, bos=BOS, eos=EOS, max_len=6, prompt=ids_).tokens[0].tolist())
+        assert text.strip() == TOK.decode(expected)
+        assert prompt + text == TOK.decode(TOK.encode(prompt) + expected)  # "a b" + " c d", not "a bc d"
     assert generate_texts(model, TOK, prompts, max_new_tokens=6, sample=True, top_k=1) == out
     nbest = generate_texts(model, TOK, prompts, max_new_tokens=6, beam_size=3, n_best=2)
     assert all(len(entries) == 2 for entries in nbest)
+
+
+def test_a_continuation_reads_after_its_prompt_with_every_tokenizer():
+    from seqmap.decoding.text import continuation
+
+    word, char = TOK, train_tokenizer("char", ["ab c"])
+    assert continuation(word, [EOS, *word.encode("a b")], word.encode("c d")) == " c d"
+    assert continuation(word, [EOS], word.encode("c d")) == "c d"  # an empty prompt: nothing to follow
+    assert continuation(char, char.encode("ab"), char.encode(" c")) == " c"  # characters carry their own spaces
+    assert continuation(char, char.encode("a"), char.encode("bc")) == "bc"
 
 
 def test_an_unknown_option_names_the_nearest():
