@@ -267,6 +267,9 @@ def prepare(name: str, source_dir: str | os.PathLike, dest_dir: str | os.PathLik
             f"cannot prepare {name}: {len(missing)} of {len(dataset.files)} files missing from {source}"
             + (f" (and no prepared {', '.join(f.name for f in dataset.prepared)} there)" if dataset.prepared else "")
             + f": looked for {'; '.join(missing)}; give --from the folder that holds them"
+            + (f" (from the upstream {', '.join(f.name for f in dataset.raw)} instead: seqmap data download {name} "
+               f"--base-url file:///FOLDER --dest DEST, with FOLDER holding {', '.join(f.path for f in dataset.raw)})"
+               if dataset.raw else "")
         )
     contents = {file.name: verified_content(file, path.read_bytes(), str(path)) for file, path in found.items()}
     return _write_layout(dataset, contents, Path(dest_dir))

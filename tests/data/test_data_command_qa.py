@@ -143,3 +143,12 @@ def test_download_onto_a_folder_where_a_fetched_file_goes_is_a_one_line_error(tm
     assert str(info.value) == (f"cannot write {tmp_path / 'out' / 'source' / 'a.txt'} (Is a directory); give a "
                                "--dest folder you can write to, with no folder of that name in it")
     assert [p.name for p in (tmp_path / "out" / "source").iterdir()] == ["a.txt"]  # no temporary file left behind
+
+
+def test_prepare_without_the_prepared_file_names_the_upstream_route(tmp_path):
+    with pytest.raises(ds.MissingFilesError) as info:
+        ds.prepare("debian-descriptions", tmp_path, tmp_path / "out")
+    assert str(info.value).endswith(
+        "(from the upstream Translation-en.bz2, Packages.xz instead: seqmap data download debian-descriptions "
+        "--base-url file:///FOLDER --dest DEST, with FOLDER holding dists/bookworm/main/i18n/Translation-en.bz2, "
+        "dists/bookworm/main/binary-amd64/Packages.xz)")
