@@ -703,6 +703,14 @@ def to_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
 
 
+def differing_fields(first, other, skip: tuple[str, ...] = ()) -> list[str]:
+    """The names of the fields in which two configs of one section differ, in field order, but for ``skip``: what
+    a resume, an average of checkpoints and a run dir's reused tokenizer check against the config they were
+    made with."""
+    return [f.name for f in dataclasses.fields(first)
+            if f.name not in skip and getattr(first, f.name) != getattr(other, f.name)]
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """Apply ``--section.key value`` / ``section.key=value`` overrides to a config dict.
 

@@ -251,3 +251,15 @@ def test_a_key_of_two_kinds_names_both_in_its_error():
     with pytest.raises(ConfigError, match=r"^decode.hf_early_stopping must be true or false or a string, got 1$"):
         from_dict(DecodeConfig, {"hf_early_stopping": 1}, "decode")
     assert from_dict(DecodeConfig, {"hf_early_stopping": "never"}, "decode").hf_early_stopping == "never"
+
+
+def test_differing_fields_in_field_order_but_for_skip():
+    import dataclasses
+
+    from seqmap.config import DataConfig, differing_fields
+
+    a, b = DataConfig(train="a.txt", vocab_size=100), DataConfig(train="b.txt", vocab_size=200, lowercase=True)
+    names = [f.name for f in dataclasses.fields(DataConfig)]
+    assert differing_fields(a, b) == sorted(["train", "vocab_size", "lowercase"], key=names.index)
+    assert differing_fields(a, b, skip=("train", "lowercase")) == ["vocab_size"]
+    assert differing_fields(a, a) == []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -11,9 +10,9 @@ from pathlib import Path
 from seqmap.cli.common import INTERRUPTED_STATUS, UserError, threads
 from seqmap.config import (
     DATA_PATHS,
-    DataConfig,
     ModelConfig,
     RunConfig,
+    differing_fields,
     from_dict,
     load_config,
     load_config_from_init,
@@ -111,11 +110,13 @@ def check_resumable(cfg: RunConfig, run_dir: Path) -> None:
     if latest is None:
         return  # nothing to resume: the trainer says so
     saved = from_dict(RunConfig, read_config(latest))
-    kept = [("model", f.name) for f in dataclasses.fields(ModelConfig)]
-    kept += [("data", f.name) for f in dataclasses.fields(DataConfig) if f.name not in DATA_PATHS]
-    for section, name in [*kept, ("train", "optimizer"), ("train", "early_stopping")]:
+    changed = [("model", name) for name in differing_fields(saved.model, cfg.model)]
+    changed += [("data", name) for name in differing_fields(saved.data, cfg.data, skip=DATA_PATHS)]
+    changed += [("train", name) for name in differing_fields(saved.train, cfg.train)
+                if name in ("optimizer", "early_stopping")]
+    if changed:
+        section, name = changed[0]
         before, now = getattr(getattr(saved, section), name), getattr(getattr(cfg, section), name)
-        if before != now:
-            raise UserError(f"--resume {run_dir}: {section}.{name} is {before!r} in {latest} but {now!r} now; a "
-                            f"resumed run keeps its model, data options, optimiser and early-stopping metric: undo "
-                            f"the change, or train a new run in another --run-dir")
+        raise UserError(f"--resume {run_dir}: {section}.{name} is {before!r} in {latest} but {now!r} now; a "
+                        f"resumed run keeps its model, data options, optimiser and early-stopping metric: undo "
+                        f"the change, or train a new run in another --run-dir")

@@ -21,7 +21,7 @@ from typing import Any
 from safetensors import safe_open
 from torch import Tensor
 
-from seqmap.config import DATA_PATHS, DataConfig, ModelConfig, from_dict, to_dict
+from seqmap.config import DATA_PATHS, DataConfig, ModelConfig, differing_fields, from_dict, to_dict
 from seqmap.training.checkpoint import write_checkpoint
 from seqmap.training.checkpoint_files import (
     MODEL_FILE,
@@ -114,16 +114,19 @@ def _section_difference(name: str, cls: type, first: Any, other: Any, skip: tupl
     differ, e.g. "model.norm_position 'pre' vs 'post'". Sections that are both a ``cls`` are compared with every
     default filled in: a run resumed by a newer seqmap has checkpoints with and without a new option."""
     try:
-        first, other = (to_dict(from_dict(cls, section, name)) for section in (first, other))
-    except (TypeError, ValueError):  # ConfigError among them
-        pass  # not both a ``cls``: compared as saved
-    if isinstance(first, dict) and isinstance(other, dict):
-        first, other = ({k: v for k, v in section.items() if k not in skip} for section in (first, other))
-    if first == other:
+        parsed = [from_dict(cls, section, name) for section in (first, other)]
+    except (TypeError, ValueError):  # ConfigError among them: not both a ``cls``, compared as saved
+        parsed = None
+    if parsed:
+        keys = differing_fields(*parsed, skip=skip)
+        first, other = (to_dict(section) for section in parsed)
+    elif isinstance(first, dict) and isinstance(other, dict):
+        keys = sorted(k for k in first.keys() | other.keys()
+                      if k not in skip and first.get(k, _UNSET) != other.get(k, _UNSET))
+    else:
+        return "" if first == other else f"{name} {first!r} vs {other!r}"
+    if not keys:
         return ""
-    if not isinstance(first, dict) or not isinstance(other, dict):
-        return f"{name} {first!r} vs {other!r}"
-    keys = sorted(k for k in first.keys() | other.keys() if first.get(k, _UNSET) != other.get(k, _UNSET))
     listed = ", ".join(f"{name}.{k} {_shown(first, k)} vs {_shown(other, k)}" for k in keys[:shown])
     return listed + (f", and {len(keys) - shown} more {name} settings" if len(keys) > shown else "")
 

@@ -34,6 +34,7 @@ from seqmap.config import (
     ConfigError,
     DataConfig,
     RunConfig,
+    differing_fields,
     from_dict,
     load_config,
     read_yaml,
@@ -484,8 +485,7 @@ def _refuse_another_run(cfg: RunConfig, run_dir: Path) -> None:
                  else from_dict(DataConfig, read_yaml(saved_path), "data"))
     except (ConfigError, OSError, ValueError):
         saved = None
-    fitted = [f.name for f in dataclasses.fields(DataConfig) if f.name not in READ_AFTER_FIT]
-    name = None if saved is None else next((n for n in fitted if getattr(saved, n) != getattr(cfg.data, n)), None)
+    name = None if saved is None else next(iter(differing_fields(saved, cfg.data, skip=READ_AFTER_FIT)), None)
     if saved is not None and name is None:
         return  # the same data again (e.g. after a crash before the first checkpoint): its tokenizer fits
     what = ("does not load" if saved is None else
