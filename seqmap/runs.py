@@ -56,6 +56,12 @@ def find_checkpoint(path: str | Path, which: str = "best") -> Path:
     found = manager.best() if which == "best" else manager.latest()
     found = found or manager.latest()
     if found is None:
+        if (path / "model.bin").is_file():  # seqmap export ct2 (or ct2-transformers-converter) writes these
+            raise RunError(f"{path} is a CTranslate2 model, not a run directory: give the run it came from and "
+                           f"this folder as --ct2 {path}")
+        if (path / "config.json").is_file():
+            raise RunError(f"{path} is a Hugging Face model folder, not a run directory: import it first with "
+                           f"`seqmap import hf {path} --out RUN_DIR`, then give RUN_DIR")
         raise RunError(f"{path} holds no checkpoint (looked in {path / 'checkpoints'}); train first with "
                        "`seqmap train CONFIG --run-dir " + str(path) + "`")
     return found

@@ -158,6 +158,17 @@ def test_a_run_without_a_checkpoint_or_with_an_outdated_config_is_one_line(trans
     assert capsys.readouterr().err == (f"seqmap: error: {tmp_path / 'started'} holds no checkpoint (looked in "
                                        f"{tmp_path / 'started' / 'checkpoints'}); train first with `seqmap train "
                                        f"CONFIG --run-dir {tmp_path / 'started'}`\n")
+    (tmp_path / "ct2").mkdir()
+    (tmp_path / "ct2" / "model.bin").write_bytes(b"")  # an export given where its run goes
+    assert main(["translate", str(tmp_path / "ct2"), "the cat"]) == 2
+    assert capsys.readouterr().err == (f"seqmap: error: {tmp_path / 'ct2'} is a CTranslate2 model, not a run "
+                                       f"directory: give the run it came from and this folder as --ct2 "
+                                       f"{tmp_path / 'ct2'}\n")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    assert main(["translate", str(tmp_path / "hf"), "the cat"]) == 2
+    assert "is a Hugging Face model folder, not a run directory: import it first with `seqmap import hf" in (
+        capsys.readouterr().err)
     old = tmp_path / "old"
     shutil.copytree(translation_ckpt, old)
     config = (old / "config.yaml").read_text()
