@@ -2,11 +2,12 @@
 
 Only checkpoints of one run are averaged: besides weights of the same names and shapes, they must have the same
 ``model`` section in their ``config.yaml``, the same ``data`` options but file paths (``seqmap.config.DATA_PATHS``,
-which a resumed run may point elsewhere) and the same tokenizer files (a checkpoint without ``tokenizer/`` uses
-its run's, ``RUN/tokenizer``, as ``seqmap.runs.load_run`` does). Two runs of one shape (pre-LN and post-LN, two
-vocabularies of one size, or one tokenizer over lowercased and cased text) would otherwise average into weights
-that neither can use. The rest of the config (the training schedule, decoding) may differ: checkpoints of one
-run differ in their step, and a resumed run may have changed its learning rate.
+which a resumed run may point elsewhere), the same tokenizer files (a checkpoint without ``tokenizer/`` uses
+its run's, ``RUN/tokenizer``, as ``seqmap.runs.load_run`` does) and the same ``train.seed``. Two runs of one shape
+(pre-LN and post-LN, two vocabularies of one size, one tokenizer over lowercased and cased text, or one config
+trained from two seeds) would otherwise average into weights that neither can use. The rest of the config (the
+training schedule, decoding) may differ: checkpoints of one run differ in their step, and a resumed run may have
+changed its learning rate.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from safetensors import safe_open
 from torch import Tensor
 
-from seqmap.config import DATA_PATHS, DataConfig, ModelConfig, differing_fields, from_dict, to_dict
+from seqmap.config import DATA_PATHS, DataConfig, ModelConfig, TrainConfig, differing_fields, from_dict, to_dict
 from seqmap.training.checkpoint import write_checkpoint
 from seqmap.training.checkpoint_files import (
     MODEL_FILE,
@@ -99,7 +100,8 @@ def check_one_run(dirs: list[Path]) -> None:
         other = read_config(d)
         differs = (_section_difference("model", ModelConfig, config.get("model"), other.get("model"))
                    or _section_difference("data", DataConfig, config.get("data"), other.get("data"), DATA_PATHS)
-                   or _tokenizer_difference(tokenizer, _files(tokenizer_dir(d))))
+                   or _tokenizer_difference(tokenizer, _files(tokenizer_dir(d)))
+                   or _seed_difference(config, other))
         if differs:
             raise CheckpointError(f"cannot average {first} and {d}: they are not checkpoints of one run ({differs}); "
                                   "average checkpoints of one run")
@@ -141,6 +143,13 @@ def _files(folder: Path | None) -> dict[str, str] | None:
         return None
     return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _seed_difference(first: dict, other: dict) -> str:
+    """'' for one ``train.seed`` (two runs of one config from different seeds start from different weights)."""
+    seeds = [section.get("seed", TrainConfig.seed) if isinstance(section := config.get("train"), dict)
+             else TrainConfig.seed for config in (first, other)]
+    return "" if seeds[0] == seeds[1] else f"train.seed {seeds[0]!r} vs {seeds[1]!r}"
 
 
 def _tokenizer_difference(first: dict[str, str] | None, other: dict[str, str] | None) -> str:

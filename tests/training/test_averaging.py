@@ -58,8 +58,9 @@ def test_checkpoints_of_one_run_are_averaged_whatever_their_step_and_schedule(tm
     (dict(data={**DATA, "lowercase": True}), r"\(data\.lowercase False vs True\)"),  # one tokenizer, other text
     (dict(data={**DATA, "train": "other.tsv", "opencc": "t2s", "max_len": 64}),
      r"\(data\.max_len 128 vs 64, data\.opencc None vs 't2s'\)"),  # data.train is a path: not compared
+    (dict(train={"lr": 1e-3, "seed": 2}), r"\(train\.seed 1 vs 2\)"),  # one config from two seeds (1: the default)
 ], ids=["pre-vs-post-LN", "not-a-model-config", "two-settings", "another-vocabulary-of-one-size", "no-tokenizer",
-        "lowercase", "two-data-options"])
+        "lowercase", "two-data-options", "another-seed"])
 def test_checkpoints_of_different_runs_with_weights_of_one_shape_are_refused(tmp_path, other, differs):
     """These used to be averaged into garbage: nothing but the weights' names and shapes was compared."""
     first = _checkpoint(tmp_path / "a" / "step-1", 1)
