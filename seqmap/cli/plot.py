@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from seqmap.cli.common import UserError
+from seqmap.cli.common import UserError, check_text
 from seqmap.cli.evaluate_tasks import load_run_graph
 
 
@@ -14,6 +14,14 @@ def _int_option(name: str, value: str) -> int:
         return int(value)
     except ValueError:
         raise UserError(f"{name} must be a number or 'mean', got {value!r}") from None
+
+
+def _reject_unused(args: argparse.Namespace, kind: str, names: tuple[str, ...]) -> None:
+    """A UserError for options given that the attention plot of ``kind`` does not use (rather than ignore them)."""
+    given = [f"--{name}" for name in names if getattr(args, name) is not None and getattr(args, name) is not False]
+    if given:
+        them = "them" if len(given) > 1 else "it"
+        raise UserError(f"{', '.join(given)} cannot be used with {kind}: leave {them} out")
 
 
 def add_parser(commands) -> None:
@@ -70,7 +78,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def _plot(args: argparse.Namespace, visualize) -> None:
     out = Path(args.out)
+    if args.title is not None:
+        check_text(args.title, "--title")
     if args.what == "positional":
+        if args.run_dir is not None:
+            raise UserError(f"seqmap plot positional draws the encodings for --d-model/--length; it reads no run "
+                            f"directory: leave out {args.run_dir}")
         visualize.plot_positional(args.d_model, args.length, out, head_dim=args.head_dim)
     elif args.run_dir is None:
         raise UserError(f"seqmap plot {args.what} needs a RUN_DIR")
@@ -87,6 +100,7 @@ def _plot(args: argparse.Namespace, visualize) -> None:
         if run.cfg.data.task == "image":
             if not args.image:
                 raise UserError(f"{args.run_dir} classifies images: seqmap plot attention needs --image FILE")
+            _reject_unused(args, "an image classifier", ("text", "layer", "hyp", "self", "copy", "data"))
             visualize.plot_image_attention(run, args.image, out, head=None if head == "mean" else head,
                                            title=args.title)
             return
@@ -97,17 +111,24 @@ def _plot(args: argparse.Namespace, visualize) -> None:
             raise UserError(f"{args.run_dir} is a speech run: plot it with --audio FILE" if not args.audio else
                             f"--audio is for speech runs; {args.run_dir} has data.task={run.cfg.data.task}")
         if args.audio:
+            _reject_unused(args, "a speech run (it draws the decoder's cross-attention)",
+                           ("text", "hyp", "self", "copy", "data"))
             visualize.plot_speech_attention(run, args.audio, out, layer=args.layer, head=head, title=args.title)
             return
         if (run.cfg.data.task == "graph") != (args.node is not None):
             raise UserError(f"{args.run_dir} is a graph run: plot it with --node ID" if args.node is None else
                             f"--node is for graph runs; {args.run_dir} reads text: plot it with --text SENTENCE")
         if args.node is not None:
+            _reject_unused(args, "a graph run", ("text", "hyp", "self", "copy"))
             data = load_run_graph(run, args.data)
             visualize.plot_node_attention(run, data, args.node, out, layer=args.layer, head=head, title=args.title)
             return
-        if not args.text:
-            raise UserError("seqmap plot attention needs --text SENTENCE")
+        if not args.text.strip():
+            raise UserError("--text is empty: seqmap plot attention needs --text SENTENCE")
+        check_text(args.text, "--text")
+        if args.hyp is not None:
+            check_text(args.hyp, "--hyp")
+        _reject_unused(args, "a text run (--data is for graph runs)", ("data",))
         if args.copy and args.self:
             raise UserError("--copy and --self pick different attentions: give one of them")
         which = args.self or ("copy" if args.copy else "cross")

@@ -30,11 +30,20 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
 
     if args.audio and args.input:
         raise UserError("give audio files as arguments or --input LIST, not both")
-    run = load(args, task="speech")
-    decode = decode_config(run, args)
     paths = read_lines(args.input, "--input") if args.input else args.audio
     if not paths:
         raise UserError("nothing to transcribe: give AUDIO files, or --input LIST (one path per line)")
+    for number, path in enumerate(paths, start=1):
+        if not path.strip():  # Path("") is ".", which would read as "a directory"
+            raise UserError(f"--input {args.input}: line {number} is empty; give one audio path per line"
+                            if args.input else "an AUDIO argument is empty; give the path of an audio file")
+        try:
+            path.encode("utf-8")  # soundfile opens paths as UTF-8
+        except UnicodeEncodeError:
+            raise UserError(f"audio path {path!r} is not valid UTF-8, which the audio reader needs; "
+                            "rename the file") from None
+    run = load(args, task="speech")
+    decode = decode_config(run, args)
     rate = run.model.frontend.sample_rate
     waves = [read_wav(p, rate)[0] for p in paths]
     for path, wave in zip(paths, waves):

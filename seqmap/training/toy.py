@@ -7,7 +7,7 @@ cosine decay to lr / 10, gradient clipping, fp32 on the CPU (``toy_train_config`
 ``seqmap.decoding.greedy``; the run reports exact-match (whole sequence) and token accuracy.
 
 An encoder-decoder (transformer, rnn) maps source to target directly. A
-decoder-only LM sees one sequence ``<bos> src <sep> tgt <eos>`` with the loss on
+decoder-only LM (lm, rnn_lm) sees one sequence ``<bos> src <sep> tgt <eos>`` with the loss on
 ``tgt <eos>`` only, and decodes by prefilling the prompt ``<bos> src <sep>``.
 """
 
@@ -88,6 +88,7 @@ def _sep_id(cfg: ToyConfig) -> int:
 
 
 TOY_FAMILIES = ("transformer", "rnn", "lm", "rnn_lm")  # the families that map a sequence to a sequence
+LM_FAMILIES = ("lm", "rnn_lm")  # decoder-only: trained and decoded on <bos> src <sep> tgt <eos>
 
 
 def _with_vocab(model_cfg: ModelConfig, cfg: ToyConfig) -> ModelConfig:
@@ -95,7 +96,7 @@ def _with_vocab(model_cfg: ModelConfig, cfg: ToyConfig) -> ModelConfig:
     if model_cfg.family not in TOY_FAMILIES:
         raise ConfigError(f"model.family = {model_cfg.family} cannot learn a toy task (copy, reverse, sort: "
                           f"sequence to sequence); use one of {', '.join(TOY_FAMILIES)}")
-    if model_cfg.family == "lm":
+    if model_cfg.family in LM_FAMILIES:
         need = {"tgt_vocab": cfg.vocab + 1}  # + the separator; an LM has no source vocabulary
     else:
         need = {"src_vocab": cfg.vocab, "tgt_vocab": cfg.vocab}
@@ -133,7 +134,7 @@ def lm_sequences(batch: Batch, sep: int) -> tuple[Tensor, Tensor]:
 
 def framed(batch: Batch, family: str, sep: int) -> Batch:
     """The batch a model of ``family`` trains on: as it is for an encoder-decoder, LM-framed for an LM."""
-    if family != "lm":
+    if family not in LM_FAMILIES:
         return batch
     inputs, targets = lm_sequences(batch, sep)
     return Batch.from_lm_windows(inputs, targets, pad_id=PAD)
@@ -149,10 +150,10 @@ def toy_train_config(cfg: ToyConfig) -> TrainConfig:
 
 
 def _decode(model: nn.Module, batch: Batch, family: str, sep: int, max_len: int) -> list[list[int]]:
-    """Greedy hypotheses for one batch, each cut at its EOS."""
-    if family != "lm":
+    """Greedy hypotheses for one batch, each cut at its EOS (a PAD generated before it is kept: a wrong token)."""
+    if family not in LM_FAMILIES:
         out = greedy(model, batch.src, batch.src_mask, bos=BOS, eos=EOS, max_len=max_len)
-        return [strip(row) for row in out.tokens]
+        return [strip(row, pad=-1) for row in out.tokens]
     # an LM prompt has no padding mask, so decode sources of one length together
     hyps: list[list[int]] = [[] for _ in range(batch.src.size(0))]
     src_len = batch.src_mask.sum(dim=1)
@@ -162,7 +163,7 @@ def _decode(model: nn.Module, batch: Batch, family: str, sep: int, max_len: int)
         prompt = torch.cat([torch.full_like(src[:, :1], BOS), src, torch.full_like(src[:, :1], sep)], dim=1)
         out = greedy(model, None, None, bos=BOS, eos=EOS, max_len=max_len, prompt=prompt)
         for row, tokens in zip(rows.tolist(), out.tokens, strict=True):
-            hyps[row] = strip(tokens)
+            hyps[row] = strip(tokens, pad=-1)
     return hyps
 
 

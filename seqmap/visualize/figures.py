@@ -27,6 +27,11 @@ def check_format(path: str | Path) -> Path:
     if path.suffix.lower() not in FORMATS:
         raise ValueError(f"cannot write {path}: the plot format comes from the file suffix; "
                          f"use one of {', '.join(FORMATS)}")
+    if path.is_dir():
+        raise ValueError(f"cannot write {path}: it is a directory; give a file in it (e.g. {path / 'plot.png'})")
+    parent = next((p for p in path.parents if p.exists()), None)  # the nearest existing folder above
+    if parent is not None and not parent.is_dir():
+        raise ValueError(f"cannot write {path}: {parent} is a file, not a directory; give a path in a directory")
     return path
 
 
