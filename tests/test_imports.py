@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "seqmap"
 # The layers, lowest first: a module may import from its own layer and the layers before it, never after.
 # A module belongs to the entry that names it or its nearest enclosing package.
 LAYERS: list[tuple[str, ...]] = [
-    ("seqmap",),  # the package docstring (shape legend, mask convention) and __version__
+    ("seqmap", "seqmap.paths"),  # the package docstring (shape legend, mask convention), __version__; output paths
     ("seqmap.nn",),  # attention and positional primitives, layers
     ("seqmap.data",),  # text, tokenizers, corpora, batches, synthetic tasks
     ("seqmap.config",),  # typed configs; they check choices against names defined in nn and data

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from seqmap.cli.common import UserError
+from seqmap.paths import file_above
 
 
 def add_parser(commands) -> None:
@@ -33,8 +34,8 @@ def cmd_average(args: argparse.Namespace) -> int:
             raise UserError(f"{path} is given twice; give each checkpoint once (each counts once in the mean)")
     if Path(args.out).exists():
         raise UserError(f"--out {args.out} already exists; give a new directory (averaging never overwrites)")
-    above = next(p for p in Path(args.out).absolute().parents if p.exists())
-    if not above.is_dir():
+    above = file_above(args.out)
+    if above is not None:
         raise UserError(f"{above} is a file, so --out {args.out} cannot be made under it; give a new directory")
     out = save_averaged(args.checkpoints, args.out)
     print(f"averaged {len(args.checkpoints)} checkpoints into {out}")

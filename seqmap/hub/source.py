@@ -16,6 +16,7 @@ from torch import Tensor
 from seqmap.config import RunConfig
 from seqmap.data.hf_tokenizer import HFTokenizer
 from seqmap.data.labels import LabelSet
+from seqmap.paths import file_above
 
 
 class HubError(ValueError):
@@ -27,8 +28,8 @@ def out_directory(out_dir: str | os.PathLike) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise HubError(f"{out} is a file; choose another --out directory")
-    above = next((p for p in out.parents if p.exists()), None)
-    if above is not None and not above.is_dir():
+    above = file_above(out)
+    if above is not None:
         raise HubError(f"{above} is a file, so --out {out} cannot be made under it; choose another --out directory")
     return out
 

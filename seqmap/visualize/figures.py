@@ -12,6 +12,8 @@ from pathlib import Path
 import matplotlib
 from matplotlib.figure import Figure
 
+from seqmap.paths import file_above
+
 FORMATS = (".png", ".svg")
 _GRID = 0.25  # figure sizes are whole quarter inches and dpis multiples of 4: size x dpi is a whole pixel count
 
@@ -29,9 +31,9 @@ def check_format(path: str | Path) -> Path:
                          f"use one of {', '.join(FORMATS)}")
     if path.is_dir():
         raise ValueError(f"cannot write {path}: it is a directory; give a file in it (e.g. {path / 'plot.png'})")
-    parent = next((p for p in path.parents if p.exists()), None)  # the nearest existing folder above
-    if parent is not None and not parent.is_dir():
-        raise ValueError(f"cannot write {path}: {parent} is a file, not a directory; give a path in a directory")
+    above = file_above(path)
+    if above is not None:
+        raise ValueError(f"cannot write {path}: {above} is a file, not a directory; give a path in a directory")
     return path
 
 
