@@ -3,31 +3,58 @@
 Every field has a default documented beside it; ``__post_init__`` checks values
 and says which option to change. ``from_dict`` rejects unknown keys and names the
 nearest valid one, so a misspelt option never passes silently.
+
+This module defines the sections and reads a ``RunConfig`` (``load_config``); the generic machinery
+(YAML files, ``--section.key`` overrides, ``from_dict`` / ``to_dict``, type checks and ``ConfigError``)
+is in ``config_io.py``, and its public names are importable from here too.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import functools
-import numbers
-import os
-import types
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
-
+from seqmap.config_io import (
+    ConfigError,
+    apply_overrides,
+    check_types,
+    differing_fields,
+    from_dict,
+    read_yaml,
+    save_config,
+    to_dict,
+)
 from seqmap.data.lexicon import LEXICONS
 from seqmap.data.normalize import OPENCC_CONVERSIONS
 from seqmap.nn.layers import ACTIVATIONS
 from seqmap.nn.positional import POSITIONAL_KINDS, SINUSOIDAL_LAYOUTS
 
-
-class ConfigError(ValueError):
-    """A configuration value or key is wrong; the message says what to change."""
+__all__ = [
+    "CLASSIFICATION_TASKS",
+    "DATA_PATHS",
+    "FAMILY_OF_TASK",
+    "HIGHER_IS_BETTER",
+    "INIT_MODEL_OPTIONS",
+    "LOWER_IS_BETTER",
+    "MAX_LENGTH_PENALTY",
+    "MAX_TEMPERATURE",
+    "MIN_TEMPERATURE",
+    "MIN_TOP_P",
+    "ConfigError",
+    "DataConfig",
+    "DecodeConfig",
+    "ModelConfig",
+    "RunConfig",
+    "TrainConfig",
+    "apply_overrides",
+    "differing_fields",
+    "from_dict",
+    "load_config",
+    "load_config_from_init",
+    "read_yaml",
+    "save_config",
+    "to_dict",
+]
 
 
 def _choice(section: str, name: str, value: Any, allowed: tuple) -> None:
@@ -38,19 +65,6 @@ def _choice(section: str, name: str, value: Any, allowed: tuple) -> None:
 def _positive(section: str, name: str, value: int) -> None:
     if value <= 0:
         raise ConfigError(f"{section}.{name} must be > 0, got {value!r}")
-
-
-def _check_types(section_config, section: str) -> None:
-    """Check (and gently convert, as ``from_dict`` does for YAML and ``--overrides``) every field of a section,
-    so a section built in Python (``DecodeConfig(max_new_tokens=10.5)``) is checked like one read from a file.
-
-    Each section's ``__post_init__`` calls it first; values of the right type are kept as they are.
-    """
-    for name, tp in _field_types(type(section_config)).items():
-        value = getattr(section_config, name)
-        checked = _coerce(value, tp, f"{section}.{name}" if section else name)
-        if checked is not value:
-            setattr(section_config, name, checked)
 
 
 @dataclass
@@ -130,7 +144,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         s = "model"
-        _check_types(self, s)
+        check_types(self, s)
         _choice(s, "family", self.family, ("transformer", "lm", "rnn", "rnn_lm", "classifier", "vit", "gat",
                                            "speech"))
         _choice(s, "graph_attention", self.graph_attention, ("sparse", "dense"))
@@ -256,7 +270,7 @@ class DataConfig:
     exclude_speakers: list[str] = field(default_factory=list)  # speech: speakers left out of train and valid
 
     def __post_init__(self) -> None:
-        _check_types(self, "data")
+        check_types(self, "data")
         _choice("data", "task", self.task, ("translation", "lm", "speech", *CLASSIFICATION_TASKS))
         if self.join and (len(self.join) != 2 or not 1 <= self.join[0] <= self.join[1]):
             raise ConfigError(f"data.join must be [lo, hi] with 1 <= lo <= hi (recordings per utterance) or [], "
@@ -361,7 +375,7 @@ class TrainConfig:
     max_bad_steps: int = 20  # consecutive NaN/inf-loss steps before training stops
 
     def __post_init__(self) -> None:
-        _check_types(self, "train")
+        check_types(self, "train")
         if self.device != "auto":
             import torch
 
@@ -450,7 +464,7 @@ class DecodeConfig:
     #                             --no-repeat-ngram-size); 0 = off
 
     def __post_init__(self) -> None:
-        _check_types(self, "decode")
+        check_types(self, "decode")
         for name in ("beam_size", "max_tokens", "max_new_tokens"):
             _positive("decode", name, getattr(self, name))
         if not MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE:
@@ -485,7 +499,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         """Checks across sections: each one-line error names both options."""
-        _check_types(self, "")
+        check_types(self, "")
         m, d = self.model, self.data
         lm_family = m.family in ("lm", "rnn_lm")
         if lm_family and d.task != "lm":
@@ -534,34 +548,6 @@ class RunConfig:
                                   f"tokens; raise model.max_len to at least {longest}")
 
 
-def read_yaml(path, overrides: list[str] | None = None) -> dict:
-    """A YAML config file as a dict of sections, with dotted ``overrides`` applied (not yet type-checked).
-
-    The one reader of config files: ``load_config`` builds a ``RunConfig`` from it, the toy runner its own.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ConfigError(f"cannot parse {path} as YAML: {_yaml_problem(e)}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a mapping of sections (model:, data:, ...), not a {type(data).__name__}")
-    return apply_overrides(data, overrides or [])
-
-
-def _yaml_problem(error: yaml.YAMLError) -> str:
-    """One line from a YAML error: what is wrong and where."""
-    problem = getattr(error, "problem", None)
-    mark = getattr(error, "problem_mark", None)
-    if problem and mark is not None:
-        return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
-    return " ".join(str(error).split())
-
-
 def load_config(path, overrides: list[str] | None = None) -> RunConfig:
     """Read a YAML run config, apply dotted overrides, and type-check everything."""
     return from_dict(RunConfig, read_yaml(path, overrides))
@@ -588,164 +574,3 @@ def load_config_from_init(path, overrides: list[str] | None, init_model: ModelCo
                           f"({values}it may change only {', '.join(f'model.{k}' for k in INIT_MODEL_OPTIONS)})")
     raw["model"] = {**base, **model}
     return from_dict(RunConfig, raw)
-
-
-def save_config(cfg, path) -> None:
-    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True), encoding="utf-8")
-
-
-# -- generic (de)serialisation --------------------------------------------------
-
-@functools.cache
-def _field_types(cls) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
-
-
-def _is_dataclass_type(tp) -> bool:
-    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
-
-
-def from_dict(cls, data: dict | None, section: str = ""):
-    """Build dataclass ``cls`` from a plain dict, rejecting unknown keys.
-
-    Nested dataclass fields take nested dicts. The error for an unknown key names
-    the closest valid key.
-    """
-    data = {} if data is None else data
-    if not isinstance(data, dict):
-        raise ConfigError(f"{section or cls.__name__} must be a mapping of options, got {type(data).__name__}")
-    types_ = _field_types(cls)
-    kwargs = {}
-    for key, value in data.items():
-        where = f"{section}.{key}" if section else key
-        if key not in types_:
-            near = difflib.get_close_matches(key, types_, n=1)
-            hint = f"; did you mean {section + '.' if section else ''}{near[0]}?" if near else ""
-            raise ConfigError(f"unknown option {where!r}{hint} (valid: {', '.join(types_)})")
-        tp = types_[key]
-        kwargs[key] = from_dict(tp, value, where) if _is_dataclass_type(tp) else _coerce(value, tp, where)
-    return cls(**kwargs)
-
-
-_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}  # as _coerce names them
-
-
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check (and gently convert) a YAML / command-line value against a field type."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, where)
-            except ConfigError as e:
-                errors.append(str(e))
-        if len(errors) > 1:  # e.g. bool | str: say every kind of value the key takes, not only the first
-            kinds = [_KINDS.get(arg, str(arg)) for arg in args if arg is not type(None)]
-            raise ConfigError(f"{where} must be {' or '.join(kinds)}, got {value!r}")
-        raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-            return value.lower() in ("true", "yes", "1")
-        raise ConfigError(f"{where} must be true or false, got {value!r}")
-    if tp is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"{where} must be an integer, got {value!r}")
-        if isinstance(value, numbers.Integral):  # int, or NumPy's integers in a config built in Python
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                pass
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ConfigError(f"{where} must be an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, numbers.Real) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"{where} must be a number, got {value!r}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, os.PathLike):  # a pathlib.Path in a config built in Python: kept as the str YAML holds
-            return os.fspath(value)
-        raise ConfigError(f"{where} must be a string, got {value!r}")
-    if _is_dataclass_type(tp):  # a section of a RunConfig built in Python (from_dict builds it from a mapping)
-        if isinstance(value, tp):
-            return value
-        raise ConfigError(f"{where} must be a {tp.__name__}, got {type(value).__name__}")
-    if origin in (list, tuple):
-        if isinstance(value, str):
-            value = [v for v in value.split(",") if v]
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where} must be a list, got {value!r}")
-        (item,) = typing.get_args(tp)[:1] or (Any,)
-        return [v if item is Any else _coerce(v, item, where) for v in value]
-    return value
-
-
-def to_dict(cfg) -> dict:
-    """A dataclass as plain dicts/lists, ready for YAML."""
-    return dataclasses.asdict(cfg)
-
-
-def differing_fields(first, other, skip: tuple[str, ...] = ()) -> list[str]:
-    """The names of the fields in which two configs of one section differ, in field order, but for ``skip``: what
-    a resume, an average of checkpoints and a run dir's reused tokenizer check against the config they were
-    made with."""
-    return [f.name for f in dataclasses.fields(first)
-            if f.name not in skip and getattr(first, f.name) != getattr(other, f.name)]
-
-
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """Apply ``--section.key value`` / ``section.key=value`` overrides to a config dict.
-
-    Values are parsed as YAML scalars (``3e-4``, ``true``, ``null``); type checks
-    happen in ``from_dict``.
-    """
-    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
-    items = list(overrides)
-    pairs = []
-    while items:
-        tok = items.pop(0)
-        key = tok[2:] if tok.startswith("--") else tok
-        if "=" in key:
-            key, raw = key.split("=", 1)
-        elif items:
-            raw = items.pop(0)
-        else:
-            raise ConfigError(f"override {tok!r} has no value; write --{key} VALUE")
-        pairs.append((key, raw))
-    for key, raw in pairs:
-        parts = key.split(".")
-        if len(parts) != 2 or not all(parts):
-            raise ConfigError(f"override --{key}: options are SECTION.KEY (e.g. --train.lr), two names and one dot")
-        node = data
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {key!r}: {part!r} is not a section")
-        try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError as e:
-            raise ConfigError(f"override --{key} {raw!r} is not a YAML value: {_yaml_problem(e)}; quote it, or fix "
-                              "the brackets") from None
-        # YAML reads 3e-4 as a string (no dot); let the field type decide.
-        node[parts[-1]] = value
-    return data
-
-

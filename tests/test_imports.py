@@ -19,7 +19,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("seqmap", "seqmap.paths"),  # the package docstring (shape legend, mask convention), __version__; output paths
     ("seqmap.nn",),  # attention and positional primitives, layers
     ("seqmap.data",),  # text, tokenizers, corpora, batches, synthetic tasks
-    ("seqmap.config",),  # typed configs; they check choices against names defined in nn and data
+    ("seqmap.config", "seqmap.config_io"),  # typed configs (they check choices against names defined in nn
+    #                                         and data); YAML, overrides and dict (de)serialisation
     ("seqmap.models", "seqmap.data.pipeline"),  # models built from a config; a data config to token ids
     ("seqmap.decoding",),  # greedy, beam, sampling over the model protocol; text in, text out
     ("seqmap.metrics",),  # sacreBLEU scores and perplexity
