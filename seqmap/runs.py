@@ -85,10 +85,12 @@ def run_device(device: str | torch.device) -> torch.device:
 
 
 def load_run(path: str | Path, which: str = "best", device: str | torch.device = "cpu",
-             quantize: str | None = None, pack: bool = True) -> LoadedRun:
+             quantize: str | None = None, pack: bool = True, precision: str | None = None) -> LoadedRun:
     """Rebuild the model from a checkpoint's own config and load its weights and tokenizer.
 
     ``quantize="int8"``: Linear layers dynamically quantized for CPU decoding (``seqmap.decoding.quantize``).
+    ``precision="bf16"`` or ``"fp16"``: weights cast to 16 bits for decoding on a GPU
+    (``seqmap.decoding.precision``; None or "fp32": as trained).
     ``pack``: on the CPU, the float Linear layers multiply through packed weights (oneDNN or MKL)
     (``seqmap.nn.packed``; same parameters and state dict, faster decoding), and the process keeps
     freed memory for reuse (``seqmap.decoding.memory``: fewer page faults per decode step).
@@ -101,6 +103,13 @@ def load_run(path: str | Path, which: str = "best", device: str | torch.device =
         try:
             run.model = quantize_model(run.model, quantize, run.device)
         except QuantizeError as e:
+            raise RunError(str(e)) from None
+    if precision not in (None, "fp32"):
+        from seqmap.decoding.precision import PrecisionError, half_precision
+
+        try:
+            run.model = half_precision(run.model, precision, run.device, run.cfg.data.task)
+        except PrecisionError as e:
             raise RunError(str(e)) from None
     if pack and run.device.type == "cpu":
         try:

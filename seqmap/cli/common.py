@@ -41,6 +41,8 @@ def run_parser(commands, name: str, help_: str, description: str, epilog: str) -
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
     p.add_argument("--quantize", default="none", help="none (default) or int8: Linear layers in int8 (CPU only)")
+    p.add_argument("--precision", default="fp32", help="fp32 (default), bf16 or fp16: decode with 16-bit weights "
+                   "(with --device cuda; translation and language-model runs)")
     return p
 
 
@@ -55,7 +57,8 @@ def load(args: argparse.Namespace, task: str | tuple[str, ...] | None = None):
     from seqmap.runs import load_run
 
     threads(getattr(args, "threads", None))
-    run = load_run(args.run_dir, args.checkpoint, args.device, quantize=getattr(args, "quantize", None))
+    run = load_run(args.run_dir, args.checkpoint, args.device, quantize=getattr(args, "quantize", None),
+                   precision=getattr(args, "precision", None))
     tasks = (task,) if isinstance(task, str) else task
     if tasks is not None and run.cfg.data.task not in tasks:
         raise UserError(f"{args.run_dir} was trained for data.task={run.cfg.data.task}, not {' or '.join(tasks)}; "

@@ -48,6 +48,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--quantize", default="none", help="none (default) or int8: Linear layers in int8 (CPU only)")
+    p.add_argument("--precision", default="fp32", help="fp32 (default), bf16 or fp16: decode with 16-bit weights "
+                   "(with --device cuda; translation and language-model runs)")
     p.add_argument("--ct2", metavar="DIR",
                    help="a Transformer translation run or LM: search with this CTranslate2 export of it (seqmap "
                         "export ct2 RUN_DIR --out DIR); greedy outputs and scores as seqmap's, attention from the "
@@ -135,7 +137,7 @@ def _build(args: argparse.Namespace):
                          "use --quantize none, or int8 on the CPU")
     if args.ct2 is not None and device.type != "cpu":
         raise ServeError(f"--ct2 runs CTranslate2 on the CPU; leave out --device {args.device} or --ct2")
-    run = load_run(args.run_dir, args.checkpoint, device, quantize=args.quantize)
+    run = load_run(args.run_dir, args.checkpoint, device, quantize=args.quantize, precision=args.precision)
     if run.cfg.data.task == "graph":
         raise ServeError(f"{args.run_dir} is a graph (GAT) run; the server translates, generates and classifies "
                          "texts and images, and transcribes audio (use `seqmap evaluate` or "
@@ -146,7 +148,9 @@ def _build(args: argparse.Namespace):
                     max_audio_seconds=args.max_audio_seconds, max_body_bytes=args.max_body_bytes)
     app = create_app(run, limits=limits, max_batch=args.max_batch, wait_ms=args.wait_ms, threads=args.threads,
                      max_waiting=args.max_waiting, ct2=ct2, decoder=decoder)
-    settings = (f"{run.cfg.model.family}, checkpoint {run.checkpoint.name}, max batch {args.max_batch}, "
+    settings = (f"{run.cfg.model.family}, checkpoint {run.checkpoint.name}, "
+                + ("" if args.precision == "fp32" else f"{args.precision} weights, ")
+                + f"max batch {args.max_batch}, "
                 f"wait {args.wait_ms:g} ms, {torch.get_num_threads()} threads"
                 + ("" if ct2 is None else f", searching with {decoder}"))
     return app, settings
