@@ -4,7 +4,7 @@
 # 1. tests/test_cuda.py (skipped where there is no GPU: CI has none) and the 16-bit decoding tests;
 # 2. bench/decode_gpu.py: seqmap vs transformers decoding on the GPU in fp32, fp16 and bf16 (JSON in OUT_DIR);
 # 3. the README's main job trained on the GPU (train.device=cuda, bf16 autocast), then its test split decoded
-#    on the GPU in float32 and with --precision bf16 and fp16 (BLEU of each).
+#    on the GPU in float32 and with --precision bf16 and fp16 (BLEU and seconds of each).
 # Each step has its own time limit and its log in OUT_DIR, so one that fails or runs long leaves the others.
 # Packages the GPU machine lacks (OpenCC, sacremoses) can travel as wheels in .whl/ (docs/benchmarks.md says how).
 set -u
@@ -29,8 +29,8 @@ step tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests
 step decode_gpu 240 python3 bench/decode_gpu.py --json "$out/decode_gpu.json"
 run=/tmp/en-zh
 step main_job 300 python3 -m seqmap train configs/tatoeba_en_zh.yaml --run-dir $run --train.device cuda
-for precision in fp32 bf16 fp16; do
-  step "evaluate_$precision" 90 python3 -m seqmap evaluate $run --split test --device cuda --precision $precision \
+for precision in fp32 bf16 fp16; do  # its own test split, as training scored it
+  step "evaluate_$precision" 90 python3 -m seqmap evaluate $run --device cuda --precision $precision \
     --out "$out/test_$precision.hyp"
 done
 step translate 60 python3 -m seqmap translate $run "I love machine learning." --device cuda --precision bf16

@@ -30,7 +30,7 @@ from sacrebleu.significance import PairedTest
 
 from seqmap import metrics as mt
 from seqmap.config import DataConfig, DecodeConfig
-from seqmap.data.corpus import read_lines, read_parallel, read_tsv
+from seqmap.data.corpus import DataError, read_lines, read_parallel, read_tsv
 from seqmap.data.graphs import GraphData
 from seqmap.data.images import read_split
 from seqmap.data.labels import LabelSet
@@ -257,6 +257,18 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
     if other is not None:
         result["compare"] = compare(hyps, other, refs, tokenize=tokenize)
     return result
+
+
+def split_texts(run: LoadedRun, split: str = "test") -> tuple[list[str], list[str]]:
+    """The sources and references of a translation run's own ``split`` ("test", "val" or "train"), read from its
+    config's data and normalized as training read them (``seqmap evaluate RUN_DIR`` without --src/--ref scores
+    these, as ``seqmap train`` scored the test split). A DataError says when the config names no such data."""
+    name = "valid" if split == "val" else split
+    pairs = read_translation_texts(run.cfg.data)[name]
+    if not pairs:
+        raise DataError(f"the run's config names no {name} data (data.{name} or data.{name}_src and "
+                        f"data.{name}_tgt); give --src FILE and --ref FILE")
+    return [s for s, _ in pairs], [t for _, t in pairs]
 
 
 def evaluate_files(run: LoadedRun, src: str | Path, ref: str | Path, decode: DecodeConfig | None = None,

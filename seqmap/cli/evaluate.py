@@ -1,4 +1,5 @@
-"""``seqmap evaluate RUN_DIR --src FILE --ref FILE``: BLEU, chrF, TER, ROUGE (+ summary baselines), perplexity."""
+"""``seqmap evaluate RUN_DIR [--src FILE --ref FILE]``: BLEU, chrF, TER, ROUGE (+ summary baselines), perplexity.
+Without --src and --ref a translation run is scored on its own test split (``--split``), as training scored it."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ def add_parser(commands) -> None:
     evaluate = run_parser(
         commands, "evaluate", "score a trained run on a test set (sacreBLEU BLEU, chrF, TER, perplexity)",
         "Translate --src, score against --ref with sacreBLEU (BLEU tokenizer chosen by the target\n"
-        "language: zh for Chinese, 13a otherwise) and report the reference perplexity.",
+        "language: zh for Chinese, 13a otherwise) and report the reference perplexity. Without\n"
+        "--src and --ref: the run's own test split (--split), as training scored it.",
         "examples:\n  seqmap evaluate runs/de-en --src data/multi30k/test2016.de --ref data/multi30k/test2016.en\n"
+        "  seqmap evaluate runs/en-zh   (a translation run: its own test split; e.g. --quantize int8 beside it)\n"
         "  seqmap evaluate runs/sections --data test.tsv --confusion confusion.png\n"
         "  seqmap evaluate runs/cora-gat --confusion confusion.png   (a graph run: its test nodes)\n"
         "  seqmap evaluate runs/fsdd_digits   (a speech run: its test utterances, WER per speaker)")
-    evaluate.add_argument("--src", help="source sentences, one per line")
+    evaluate.add_argument("--src", help="source sentences, one per line (a translation run without --src and --ref: "
+                                        "its own --split, as training scored its test split)")
     evaluate.add_argument("--ref", help="reference translations, aligned with --src")
     evaluate.add_argument("--data", help="a classifier: a TSV of text<TAB>label rows (the columns of data.src_column "
                                          "and data.tgt_column); an image classifier: an .npz or a folder of class "
@@ -27,7 +31,8 @@ def add_parser(commands) -> None:
                                          "run: an .npz of recordings or a TSV of WAV paths and transcripts (its test "
                                          "recordings, joined as the run's data.join says; default: its test split)")
     evaluate.add_argument("--split", choices=("train", "val", "test"), default="test",
-                          help="a graph run: the nodes to score (default: test)")
+                          help="a graph run: the nodes to score; a translation run without --src/--ref: the "
+                               "pairs of its config's data to score (default: test)")
     evaluate.add_argument("--confusion", help="a classifier: also draw the confusion matrix here (.png or .svg)")
     evaluate.add_argument("--no-baseline", action="store_true",
                           help="a classifier: skip the TF-IDF + logistic regression baseline (fitted on the run's "
@@ -52,7 +57,8 @@ def add_parser(commands) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from seqmap.evaluation import evaluate_files, hypotheses_path, rouge_line
+    from seqmap.data.corpus import read_lines
+    from seqmap.evaluation import evaluate_files, evaluate_pairs, hypotheses_path, rouge_line, split_texts
 
     run = load(args)
     if args.ct2 is not None and run.cfg.data.task != "translation":
@@ -63,9 +69,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return evaluate_task(run, args)
     if run.src_tok is None:
         raise UserError(f"{args.run_dir} is a language model; evaluate needs a translation run")
-    if args.src is None or args.ref is None:
-        raise UserError("a translation run is evaluated on --src FILE and --ref FILE")
-    out = Path(args.out) if args.out else hypotheses_path(run, args.src)
+    if (args.src is None) != (args.ref is None):
+        raise UserError("give --src FILE and --ref FILE together, or neither to score the run's own --split "
+                        "(default: test)")
+    if args.src is not None and args.split != "test":
+        raise UserError(f"--split {args.split} scores the run's own data; leave it out with --src and --ref")
+    if args.src is None and (args.lead is not None or args.baseline_run is not None):
+        raise UserError(f"{'--lead' if args.lead is not None else '--baseline-run'} scores the documents of "
+                        "--src FILE against --ref FILE; give both")
+    out = Path(args.out) if args.out else hypotheses_path(run, args.src or args.split)
     check_out(out)
     decode = decode_config(run, args)
     if args.ct2 is not None:
@@ -73,10 +85,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     summarize = args.lead is not None or args.baseline_run is not None
     baselines = _baselines(run, args, out) if summarize else None  # their mistakes found before decoding
     translate = None if args.ct2 is None else ct2_decoder(run, args, decode)
+    options = dict(n_best=args.nbest, tokenize=args.tokenize, compare_with=args.compare, translate=translate)
     try:
-        result = evaluate_files(run, args.src, args.ref, decode, out, n_best=args.nbest,
-                                tokenize=args.tokenize, compare_with=args.compare, tok_ref=args.tok_ref,
-                                translate=translate)
+        if args.src is not None:
+            result = evaluate_files(run, args.src, args.ref, decode, out, tok_ref=args.tok_ref, **options)
+        else:  # the run's own split; a DataError (a ValueError) when its config names none or its files are gone
+            sources, refs = split_texts(run, args.split)
+            tok_refs = None if args.tok_ref is None else read_lines(args.tok_ref, "--tok-ref")
+            result = evaluate_pairs(run, sources, refs, decode, out, tok_refs=tok_refs, **options)
     except ValueError as e:  # a bad --tokenize, --nbest beyond the beam, hypotheses of another length
         raise UserError(str(e)) from None
     print(f"BLEU = {result['bleu']:.2f}   {result['bleu_signature']}")

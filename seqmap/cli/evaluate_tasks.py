@@ -13,7 +13,7 @@ OPTION_TASKS = {  # evaluate's options (attribute, flag) and the data.task value
     ("tokenize", "--tokenize"): TRANSLATION, ("tok_ref", "--tok-ref"): TRANSLATION,
     ("compare", "--compare"): TRANSLATION, ("lead", "--lead"): TRANSLATION,
     ("baseline_run", "--baseline-run"): TRANSLATION, ("out", "--out"): ("translation", "speech"),
-    ("data", "--data"): ("classification", "image", "graph", "speech"), ("split", "--split"): ("graph",),
+    ("data", "--data"): ("classification", "image", "graph", "speech"), ("split", "--split"): ("graph", "translation"),
     ("confusion", "--confusion"): ("classification", "image", "graph"),
     ("no_baseline", "--no-baseline"): ("classification", "image"),
 }

@@ -22,7 +22,8 @@ REFS = ["alpha beta", "zeta eta", "lambda mu"]  # each document's first two word
 TRAIN = ["one\tsummary", "two\ta short summary", "three\tthe summary of three"]  # targets of 1, 3, 4 words
 
 
-def _run(root: Path, name: str, *, task: str = "translation", tgt_lang: str = "en", train: str | None = None) -> Path:
+def _run(root: Path, name: str, *, task: str = "translation", tgt_lang: str = "en", train: str | None = None,
+         test: str | None = None, lowercase: bool = False) -> Path:
     """A run directory (``RUN/checkpoints/step-000001``) holding an untrained tiny model of ``task``."""
     texts = [*DOCS, *REFS, "one two three summary short the of a"]
     tok, _ = train_pair("word", texts, texts, joint=True)
@@ -33,7 +34,7 @@ def _run(root: Path, name: str, *, task: str = "translation", tgt_lang: str = "e
         LabelSet(("games", "libs")).save(root / f"{name}-tok" / LABELS_FILE)
         model.update(family="classifier", n_classes=2)
     data = DataConfig(task=task, tokenizer="word", tgt_lang=tgt_lang, train=train,
-                      valid=train, max_len=32)
+                      valid=train, test=test, max_len=32, lowercase=lowercase)
     cfg = RunConfig(model=ModelConfig(**model), data=data, train=TrainConfig(),
                     decode=DecodeConfig(max_len_a=0.0, max_len_b=3))
     torch.manual_seed(0)
@@ -48,10 +49,13 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     (root / "train.tsv").write_text("".join(row + "\n" for row in TRAIN))
     (root / "docs.src").write_text("".join(d + "\n" for d in DOCS))
     (root / "docs.ref").write_text("".join(r + "\n" for r in REFS))
+    (root / "test.tsv").write_text("".join(f"{d}\t{r.title()}\n" for d, r in zip(DOCS, REFS, strict=True)))
     train = str(root / "train.tsv")
     return {"summ": _run(root, "summ", train=train), "plain": _run(root, "plain", train=str(root / "gone.tsv")),
             "zh": _run(root, "zh", tgt_lang="zh", train=train),
             "classifier": _run(root, "classifier", task="classification", train=train),
+            "tested": _run(root, "tested", train=train, test=str(root / "test.tsv"), lowercase=True),
+            "test_gone": _run(root, "test_gone", train=train, test=str(root / "gone.tsv")),
             "src": root / "docs.src", "ref": root / "docs.ref"}
 
 
@@ -127,7 +131,7 @@ def test_mistakes_in_the_baselines_and_the_comparison_are_found_before_decoding(
                                        "translation run: leave out --confusion"),
     ("summ", ["--data", "test.tsv"], "--data is for classifiers, image classifiers, graph runs and speech runs; "
                                      "RUN is a translation run: leave out --data"),
-    ("summ", ["--split", "val"], "--split is for graph runs; RUN is a translation run: leave out --split"),
+    ("summ", ["--split", "val"], "--split val scores the run's own data; leave it out with --src and --ref"),
     ("summ", ["--no-baseline"], "--no-baseline is for classifiers and image classifiers; RUN is a translation run"),
     ("classifier", ["--data", "test.tsv", "--src", "a.txt"], "--src is for translation runs; RUN is a classifier: "
                                                              "leave out --src"),
@@ -147,3 +151,35 @@ def test_options_that_another_kind_of_run_reads_are_refused_not_ignored(runs, tm
     assert captured.out == "" and captured.err.count("\n") == 1
     assert captured.err.startswith("seqmap: error: " + message.replace("RUN", str(runs[run])))
     assert list(tmp_path.iterdir()) == []  # nothing decoded, drawn or written
+
+
+def test_a_translation_run_without_src_and_ref_is_scored_on_its_own_test_split(runs, tmp_path, capsys):
+    """As training scored it: the config's test pairs, normalized as training read them (here lowercased:
+    the references in test.tsv are title-cased), hypotheses in RUN_DIR/eval/test.hyp."""
+    assert main(["evaluate", str(runs["tested"])]) == 0
+    split = capsys.readouterr().out
+    assert (runs["tested"] / "eval" / "test.hyp").read_text().count("\n") == 3
+    assert f"3 hypotheses written to {runs['tested'] / 'eval' / 'test.hyp'}" in split
+    (tmp_path / "test.ref").write_text("".join(r + "\n" for r in REFS))  # the lowercased references
+    assert main(["evaluate", str(runs["tested"]), "--src", str(runs["src"]), "--ref", str(tmp_path / "test.ref"),
+                 "--out", str(tmp_path / "files.hyp")]) == 0
+    files = capsys.readouterr().out
+    assert split.split("\n")[:4] == files.split("\n")[:4]  # BLEU, chrF, TER and perplexity lines
+    assert (tmp_path / "files.hyp").read_text() == (runs["tested"] / "eval" / "test.hyp").read_text()
+
+
+@pytest.mark.parametrize("run, options, message", [
+    ("tested", ["--src", "SRC"], "give --src FILE and --ref FILE together, or neither to score the run's own "
+                                 "--split (default: test)"),
+    ("tested", ["--src", "SRC", "--ref", "REF", "--split", "val"],
+     "--split val scores the run's own data; leave it out with --src and --ref"),
+    ("tested", ["--lead", "2"], "--lead scores the documents of --src FILE against --ref FILE; give both"),
+    ("summ", [], "the run's config names no test data (data.test or data.test_src and data.test_tgt); give --src "
+                 "FILE and --ref FILE"),
+    ("test_gone", [], "data.test: file not found:"),
+])
+def test_scoring_the_runs_own_split_explains_what_is_missing_in_one_line(runs, capsys, run, options, message):
+    options = [str(runs["src"]) if o == "SRC" else str(runs["ref"]) if o == "REF" else o for o in options]
+    assert main(["evaluate", str(runs[run]), *options]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"seqmap: error: {message}") and err.count("\n") == 1, err

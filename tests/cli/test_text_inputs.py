@@ -216,4 +216,5 @@ def test_evaluate_needs_a_translation_run_and_both_files(translation_ckpt, lm_ck
     assert capsys.readouterr().err == (f"seqmap: error: {lm_ckpt} is a language model; evaluate needs a translation "
                                        "run\n")
     assert main(["evaluate", str(translation_ckpt), "--src", str(tmp_path / "a.txt")]) == 2
-    assert capsys.readouterr().err == "seqmap: error: a translation run is evaluated on --src FILE and --ref FILE\n"
+    assert capsys.readouterr().err == ("seqmap: error: give --src FILE and --ref FILE together, or neither to score "
+                                       "the run's own --split (default: test)\n")
