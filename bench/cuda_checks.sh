@@ -33,4 +33,7 @@ for precision in fp32 bf16 fp16; do  # its own test split, as training scored it
   step "evaluate_$precision" 90 python3 -m seqmap evaluate $run --device cuda --precision $precision \
     --out "$out/test_$precision.hyp"
 done
+# the same in bf16 with cuDNN's attention left in torch's order (it builds a plan per new shape; seqmap.nn.attention)
+SEQMAP_CUDNN_ATTENTION=1 step evaluate_bf16_cudnn 120 python3 -m seqmap evaluate $run --device cuda --precision bf16 \
+  --out "$out/test_bf16_cudnn.hyp"
 step translate 60 python3 -m seqmap translate $run "I love machine learning." --device cuda --precision bf16

@@ -17,7 +17,10 @@ float32), transformers as ``from_pretrained(..., dtype=...)`` would (the model c
 process (a GPU has no CPU thread pools to keep apart), are warmed up, then sampled round-robin; the median
 call gives new tokens per second (sentences x new tokens / seconds, encoder included). A call ends when its
 token ids are on the CPU (``.tolist()``), which waits for the GPU. transformers runs its default attention
-(``sdpa``); seqmap runs its own (``torch.nn.functional.scaled_dot_product_attention`` as well).
+(``sdpa``); seqmap runs its own (``torch.nn.functional.scaled_dot_product_attention`` as well). As
+seqmap's commands do on a GPU, cuDNN's attention kernel is taken out of torch's choice for the whole
+process (``seqmap.nn.attention.avoid_cudnn_attention``; it builds a plan per new shape), so for both
+runtimes; ``SEQMAP_CUDNN_ATTENTION=1`` leaves it in.
 
 CTranslate2 is not in this table: its wheels link CUDA 12's libraries, and the GPU machines this project
 borrows have CUDA 13's only (torch cu130).
@@ -40,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/decode.py
 import decode  # noqa: E402  (bench/decode.py: the model, its Marian copy, the calls, the comparison)
 
 from seqmap.decoding.precision import PRECISIONS, half_precision  # noqa: E402
+from seqmap.nn.attention import CUDNN_ATTENTION_VARIABLE, avoid_cudnn_attention  # noqa: E402
 
 SHAPES = {"base": dict(d_model=256, n_heads=4, d_ff=1024, enc_layers=3, dec_layers=3),
           "big": dict(d_model=1024, n_heads=16, d_ff=4096, enc_layers=6, dec_layers=6)}
@@ -125,9 +129,11 @@ def main(argv=None) -> None:
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
+    avoid_cudnn_attention()  # as seqmap's commands do on a GPU (process-wide: transformers' calls too)
     print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}; "
           f"{torch.cuda.get_device_name()}; {args.sentences} sentences, source length {args.src_len}, "
-          f"{args.new_tokens} new tokens; median of {args.repeats}")
+          f"{args.new_tokens} new tokens; median of {args.repeats}; cuDNN attention "
+          f"{'on' if torch.backends.cuda.cudnn_sdp_enabled() else 'off'} ({CUDNN_ATTENTION_VARIABLE}=1 keeps it)")
     print(f"{'shape':>5} {'prec':>4} {'mode':>7} {'seqmap':>9} {'HF':>9} {'ratio':>8} {'paired':>7} "
           f"{'same as HF':>10} seqmap's outputs")
     rows = [row for shape in args.shapes for precision in args.precisions for row in measure(shape, precision, args)]

@@ -18,6 +18,7 @@ from seqmap.data.pipeline import LABELS_FILE
 from seqmap.data.tokenizers import Tokenizer, load_pair
 from seqmap.decoding.memory import keep_freed_memory
 from seqmap.models.builder import build_model
+from seqmap.nn.attention import avoid_cudnn_attention
 from seqmap.nn.packed import pack_linears
 from seqmap.training.checkpoint import MODEL_FILE, TOKENIZER_DIR, load_checkpoint, read_config
 from seqmap.training.checkpoint_manager import CheckpointManager
@@ -81,6 +82,8 @@ def run_device(device: str | torch.device) -> torch.device:
         except (RuntimeError, AssertionError) as e:
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]
             raise RunError(f"--device {device} cannot be used here ({reason}); use --device cpu") from None
+    if device.type == "cuda":
+        avoid_cudnn_attention()  # decoding's shapes change every step (seqmap.nn.attention)
     return device
 
 

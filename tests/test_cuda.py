@@ -72,7 +72,9 @@ def test_mixed_precision_training_on_the_gpu_learns_and_its_checkpoint_reads_on_
     model = build_model(cfg).cuda()
     t = TrainConfig(device="cuda", precision=precision, max_steps=150, lr=3e-3, warmup=10, schedule="cosine",
                     min_lr=3e-4, label_smoothing=0.0, clip_norm=1.0, log_every=150, valid_every=150)
+    torch.backends.cuda.enable_cudnn_sdp(True)
     trainer = Trainer(model, t, torch.device("cuda"))
+    assert not torch.backends.cuda.cudnn_sdp_enabled()  # a plan per new batch shape (seqmap.nn.attention)
     assert (trainer.scaler is not None) == (precision == "fp16")
     assert not (trainer.fused_output and precision != "fp32")  # the chunked output loss is float32's
     generator = torch.Generator().manual_seed(0)
@@ -129,7 +131,9 @@ def test_load_run_on_the_gpu_in_16_bits_translates(tmp_path, capsys):
 
     ckpt = _checkpoint(tmp_path, "translation")
     for precision, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        torch.backends.cuda.enable_cudnn_sdp(True)
         run = load_run(ckpt, device="cuda", precision=precision)
+        assert not torch.backends.cuda.cudnn_sdp_enabled()  # decoding's key length grows every step
         assert {p.dtype for p in run.model.parameters()} == {dtype}
         assert {p.device.type for p in run.model.parameters()} == {"cuda"}
         assert main(["translate", str(ckpt), "the cat", "a dog", "--device", "cuda", "--precision", precision]) == 0

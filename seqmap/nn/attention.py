@@ -27,14 +27,34 @@ one copy of the source), and only each beam's own last slots are read per beam.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+CUDNN_ATTENTION_VARIABLE = "SEQMAP_CUDNN_ATTENTION"  # 1: cuDNN attention stays in torch's order (avoid_cudnn_attention)
 SHARED_PREFIX_MIN = 8  # beams attend to a common prefix once per sentence from this many shared slots on
 FEW_QUERIES = 32  # up to this many queries per row over at least MANY_ROWS (batch x heads) rows,
 MANY_ROWS = 128  # the CPU takes the explicit path (module docstring)
 SCALAR_BMM_BELOW = 400  # ATen's bmm on the CPU: products of fewer multiply-adds take its scalar loop (mix_values)
+
+
+def avoid_cudnn_attention() -> None:
+    """Take cuDNN's kernel out of those ``F.scaled_dot_product_attention`` chooses from (process-wide).
+
+    torch 2.11 and later try cuDNN's attention first on Hopper and Blackwell GPUs (cuDNN 9.15 or newer) for
+    16-bit tensors, and cuDNN builds an execution plan for every new shape (batch, query and key lengths;
+    public reports measure 0.4 s forward and 0.5 s backward per plan). seqmap's shapes keep changing:
+    token-budget batches, and a decode step's keys grow by one each step. The likely cause of what one H100
+    showed (docs/benchmarks.md, issue 18's thirteenth part): 16-bit decoding of a test set took 4x float32's
+    time, and under bf16 autocast the first epoch (every batch a new shape) ran at a tenth of the later
+    epochs' speed. FlashAttention and the memory-efficient kernels build no plans. Called where seqmap puts a
+    model on a GPU (``Trainer``, ``seqmap.runs.run_device``); ``torch.backends.cuda.enable_cudnn_sdp(True)``
+    undoes it, and ``SEQMAP_CUDNN_ATTENTION=1`` in the environment keeps torch's own order (to compare).
+    """
+    if os.environ.get(CUDNN_ATTENTION_VARIABLE, "") not in ("1", "true", "yes"):
+        torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 def causal_mask(t: int, s: int | None = None, device: torch.device | None = None) -> Tensor:

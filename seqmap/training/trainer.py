@@ -28,6 +28,7 @@ from tqdm import tqdm
 from seqmap.config import TrainConfig
 from seqmap.data.batching import NOT_SCORED, Batch, LabelBatch
 from seqmap.data.tokenizers import PAD
+from seqmap.nn.attention import avoid_cudnn_attention
 from seqmap.training import distributed
 from seqmap.training.carry import CarriedState
 from seqmap.training.loss import label_nll, label_smoothed_nll, output_nll
@@ -126,6 +127,8 @@ class Trainer:
         self.optimizer = make_optimizer(model, t, device)
         self.schedule = make_lr_schedule(t)
         self.amp_dtype = autocast_dtype(t.precision, device)
+        if device.type == "cuda":
+            avoid_cudnn_attention()  # token-budget batches change shape every step (seqmap.nn.attention)
         self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
         # the output layer and the loss in one chunked pass (no (N, V) logits) where the model offers its
         # features and runs in float32; otherwise logits, then the loss

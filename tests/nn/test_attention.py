@@ -279,3 +279,21 @@ def test_mixing_values_for_one_query_equals_the_matrix_product(keys):
     assert torch.equal(mix_values(two, values), torch.matmul(two, values))
     trained = weights.clone().requires_grad_()  # training keeps the matrix product (and its gradient)
     assert torch.equal(mix_values(trained, values), torch.matmul(trained, values))
+
+
+def test_cudnns_attention_is_taken_out_of_the_fused_kernels_process_wide(monkeypatch):
+    """Where seqmap puts a model on a GPU it calls this: cuDNN's kernel builds a plan per new shape.
+    SEQMAP_CUDNN_ATTENTION=1 leaves torch's order alone (to measure both)."""
+    from seqmap.nn.attention import CUDNN_ATTENTION_VARIABLE, avoid_cudnn_attention
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        monkeypatch.setenv(CUDNN_ATTENTION_VARIABLE, "1")
+        avoid_cudnn_attention()
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        monkeypatch.delenv(CUDNN_ATTENTION_VARIABLE)
+        avoid_cudnn_attention()
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
