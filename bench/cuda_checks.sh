@@ -6,7 +6,10 @@
 # 3. the README's main job trained on the GPU (train.device=cuda, bf16 autocast), then its test split decoded
 #    on the GPU in float32 and with --precision bf16 and fp16 (BLEU and seconds of each).
 # Each step has its own time limit and its log in OUT_DIR, so one that fails or runs long leaves the others.
-# Packages the GPU machine lacks (OpenCC, sacremoses) can travel as wheels in .whl/ (docs/benchmarks.md says how).
+# Packages a GPU machine without network access may lack (OpenCC, sacremoses) travel as wheels in .whl/, fetched
+# beforehand where pip works, for that machine's Python (3.12 on the device tool's machines):
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d .whl \
+#     opencc==1.4.2 sacremoses==0.2.0
 set -u
 out=${1:?give an output folder}
 mkdir -p "$out"
