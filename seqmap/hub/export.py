@@ -2,9 +2,13 @@
 
 * ``family: lm`` -> ``GPT2LMHeadModel`` (learned positions, pre-LN, unscaled embeddings, an activation
   GPT-2 has): ``Conv1D`` weights transposed, the fused ``in_proj`` is ``c_attn``.
-* ``family: transformer`` -> ``MarianMTModel`` (post-LN, sinusoidal positions in the split layout, one
-  vocabulary shared by source, target and output): the fused ``in_proj`` split into ``q/k/v_proj``,
-  ``output_bias`` as ``final_logits_bias`` (zeros without it).
+* ``family: transformer`` -> ``MarianMTModel`` (post-LN, sinusoidal positions in the split layout): the fused
+  ``in_proj`` split into ``q/k/v_proj``, ``output_bias`` as ``final_logits_bias`` (zeros without it). An
+  output layer untied from the embeddings (``model.tie_embeddings: false``) is ``lm_head`` with
+  ``tie_word_embeddings: false``; ``transformers`` 5 then ties nothing, so ``shared``, the encoder's and the
+  decoder's ``embed_tokens`` are written as three copies of the one table. Separate source and target
+  tables (``model.share_vocab: false``) are ``share_encoder_decoder_embeddings: false`` with ``vocab_size``
+  and ``decoder_vocab_size``.
 
 An option with no equivalent is refused in one line naming it. The vocabulary goes back to the model's own
 order when the run's tokenizer was imported (``seqmap.data.hf_tokenizer``); a seqmap-trained model keeps
@@ -164,7 +168,7 @@ def _gpt2(run):
 def _marian_compatible(m: ModelConfig) -> str | None:
     """Why a seqmap Transformer has no MarianMT equivalent (None when it has one)."""
     wanted = {"positional": "sinusoidal", "sinusoidal_layout": "split", "norm_position": "post",
-              "norm": "layernorm", "share_vocab": True, "tie_embeddings": True}
+              "norm": "layernorm"}
     for key, value in wanted.items():
         if getattr(m, key) != value:
             return f"model.{key}={getattr(m, key)!r} (MarianMT has {key} {value!r})"
@@ -189,13 +193,15 @@ def _marian(run):
     from transformers import MarianConfig, MarianMTModel
 
     m, sd, order, hf_tok = _opening(run, _marian_compatible, "MarianMT")
+    src_order = order if m.share_vocab else _vocab_order(run.src_tok)[0]
     if hf_tok is not None:  # Marian's decoder starts from its pad token: seqmap's BOS row plays it
         eos, pad, start = hf_tok.roles["eos"], hf_tok.roles["pad"], hf_tok.roles["pad"]
     else:
         eos, pad, start = EOS, PAD, BOS
     d = m.d_model
     ff_dropout = m.dropout if m.ff_dropout is None else m.ff_dropout
-    config = MarianConfig(vocab_size=len(order), d_model=d, encoder_layers=m.enc_layers, decoder_layers=m.dec_layers,
+    config = MarianConfig(vocab_size=len(src_order), decoder_vocab_size=len(order), d_model=d,
+                          encoder_layers=m.enc_layers, decoder_layers=m.dec_layers,
                           encoder_attention_heads=m.n_heads, decoder_attention_heads=m.n_heads,
                           encoder_ffn_dim=m.d_ff, decoder_ffn_dim=m.d_ff, max_position_embeddings=m.max_len,
                           activation_function={"silu": "swish", "gelu": "gelu", "relu": "relu",
@@ -203,16 +209,22 @@ def _marian(run):
                           scale_embedding=m.scale_embeddings, dropout=m.dropout,
                           attention_dropout=m.attention_dropout, activation_dropout=ff_dropout,
                           pad_token_id=pad, eos_token_id=eos, decoder_start_token_id=start,
-                          forced_eos_token_id=eos, share_encoder_decoder_embeddings=True)
+                          forced_eos_token_id=eos, share_encoder_decoder_embeddings=m.share_vocab,
+                          tie_word_embeddings=m.tie_embeddings)
     model = MarianMTModel(config).eval()
     index = torch.tensor(order)
     bias = sd["decoder.output.bias"][index] if m.output_bias else torch.zeros(len(order))
+    output = None if m.tie_embeddings else sd["decoder.output.weight"][index]  # its rows in the vocabulary's order
     if hf_tok is not None:  # Marian's decoder starts from its pad token's embedding: seqmap's BOS row
+        index = index.clone()
         index[pad] = BOS
-    table = sd["encoder.embedding.table.weight"][index]
-    weights = {"model.shared.weight": table, "model.encoder.embed_tokens.weight": table,
-               "model.decoder.embed_tokens.weight": table, "lm_head.weight": table,
+    table = sd["decoder.embedding.table.weight"][index]
+    weights = {"model.decoder.embed_tokens.weight": table, "lm_head.weight": table if output is None else output,
                "final_logits_bias": bias[None, :]}
+    if m.share_vocab:  # transformers 5 ties these to shared only when tie_word_embeddings is true: all written
+        weights["model.shared.weight"] = weights["model.encoder.embed_tokens.weight"] = table
+    else:
+        weights["model.encoder.embed_tokens.weight"] = sd["encoder.embedding.table.weight"][torch.tensor(src_order)]
     for side, n in (("encoder", m.enc_layers), ("decoder", m.dec_layers)):
         for i in range(n):
             h, p = f"model.{side}.layers.{i}", f"{side}.layers.{i}"
@@ -260,8 +272,10 @@ def _export_marian_tokenizer(run, out: Path) -> None:
                             unk_token=names.get("unk", "<unk>")).save_pretrained(out)
         return
     if src.fingerprint() != tgt.fingerprint():
+        vocabularies = ("one shared vocabulary" if run.cfg.model.share_vocab else
+                        "separate vocabularies (share_encoder_decoder_embeddings false)")
         (out / "SOURCE_TOKENIZER.txt").write_text(
-            "This model was trained with separate source and target tokenizers over one shared vocabulary; the\n"
+            f"This model was trained with separate source and target tokenizers over {vocabularies}; the\n"
             "tokenizer written here is the target side. Encode sources with seqmap (the run's tokenizer/).\n",
             encoding="utf-8")
     _export_tokenizer(tgt, out)

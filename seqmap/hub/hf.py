@@ -8,16 +8,20 @@ ordinary config options with their own tests):
 
 * ``MarianMTModel`` (OPUS-MT) -> ``family: transformer``: post-LN, sinusoidal positions in the split
   layout (sines, then cosines), ``activation: silu`` (Marian's swish), embeddings scaled by sqrt(D) and
-  shared by encoder, decoder and output (``tie_word_embeddings: false`` is refused), ``output_bias`` for
+  shared by encoder and decoder, and by the output layer unless ``tie_word_embeddings: false`` gives it its own
+  ``lm_head`` (``model.tie_embeddings: false``), ``output_bias`` for
   ``final_logits_bias``. Its tokenizer:
   ``source.spm`` / ``target.spm`` pieces numbered by ``vocab.json``; the source ends with ``</s>``
   (``append_eos``); decoding starts from Marian's pad embedding (seqmap's BOS row is given its weights).
 * ``GPT2LMHeadModel`` -> ``family: lm``: learned positions, pre-LN, ``activation: gelu_tanh``, no
   embedding scaling, the output layer tied to the embedding (or its own ``lm_head`` with
-  ``tie_word_embeddings: false``). GPT-2's ``Conv1D`` layers store their
-  weights transposed ((in, out)); its ``c_attn`` holds query, key and value side by side, as seqmap's
-  fused ``in_proj`` does. A seqmap-trained LM's export (``seqmap_tokenizer`` in ``config.json``) comes back with
-  its own special ids and prompts (EOS, then the text).
+  ``tie_word_embeddings: false``). A ``vocab_size`` padded above the tokenizer's size (to a multiple of 64,
+  say) is trimmed: the rows past the tokenizer's last id are dropped, so seqmap's vocabulary is the tokenizer's
+  and generation cannot emit an id the tokenizer cannot decode (they leave the softmax, as a ban before it
+  would; a trained model gives them almost no probability). ``seqmap export hf`` writes the trimmed size.
+  GPT-2's ``Conv1D`` layers store their weights transposed ((in, out)); its ``c_attn`` holds query, key and
+  value side by side, as seqmap's fused ``in_proj`` does. A seqmap-trained LM's export (``seqmap_tokenizer``
+  in ``config.json``) comes back with its own special ids and prompts (EOS, then the text).
 * ``BertForSequenceClassification`` / ``BertModel`` -> ``family: classifier`` and
   ``ViTForImageClassification`` -> ``family: vit``: see ``seqmap.hub.encoders``.
 
@@ -107,9 +111,10 @@ def _gpt2_tokenizer(source: Path, config: dict[str, Any]) -> HFTokenizer:
                            f"\"prompt\": \"text\" or \"eos\"}} as seqmap export hf writes it, got {exported!r}")
         roles, prompt = {**exported["roles"], "eos": eos}, exported["prompt"]
     tok = HFTokenizer.from_file(source / "tokenizer.json", roles, prompt=prompt)
-    if tok.hf_vocab != config["vocab_size"]:
+    if tok.hf_vocab > config["vocab_size"]:  # fewer is padding (rows the tokenizer never produces): trimmed
         raise HubError(f"{source / 'tokenizer.json'} has {tok.hf_vocab} tokens but config.json's vocab_size is "
-                       f"{config['vocab_size']}: the tokenizer does not belong to this model")
+                       f"{config['vocab_size']}, so its ids from {config['vocab_size']} on have no embedding row: "
+                       "the tokenizer does not belong to this model")
     return tok
 
 
@@ -207,6 +212,20 @@ def _attention(w: dict[str, Tensor], prefix: str, d: int, where: Path) -> dict[s
             "out_proj.bias": _take(w, f"{prefix}.out_proj.bias", (d,), where)}
 
 
+def _marian_table(w: dict[str, Tensor], tied: bool, shape: tuple[int, int], where: Path) -> Tensor:
+    """The one embedding table of encoder and decoder. Tied, ``transformers`` saves ``shared`` alone; untied
+    (``tie_word_embeddings: false``), ``transformers`` 5 ties nothing, and the tables the encoder and the decoder
+    read are their own ``embed_tokens`` (``shared`` where a checkpoint has none), which must be one table."""
+    if tied:
+        return _take(w, "shared.weight", shape, where)
+    encoder, decoder = (_take(w, name if name in w else "shared.weight", shape, where)
+                        for name in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"))
+    if not torch.equal(encoder, decoder):
+        raise HubError(f"{where}: encoder.embed_tokens and decoder.embed_tokens differ; seqmap maps a MarianMT whose "
+                       "encoder and decoder read one embedding table (as share_encoder_decoder_embeddings says)")
+    return encoder
+
+
 def _marian(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, Tensor], HFTokenizer, HFTokenizer]:
     where = source / "config.json"
     for key in ("d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "encoder_ffn_dim",
@@ -226,9 +245,7 @@ def _marian(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, 
         raise HubError(f"{where}: activation_function {act!r} has no seqmap equivalent (swish, gelu, relu)")
     if config.get("normalize_before") or config.get("add_final_layer_norm") or config.get("normalize_embedding"):
         raise HubError(f"{where}: pre-LN / embedding-norm Marian variants are not supported (OPUS-MT is post-LN)")
-    if not _tied(config, where):  # transformers then keeps shared, encoder, decoder and output tables apart
-        raise HubError(f"{where}: tie_word_embeddings false (separate embedding and output tables) is not supported "
-                       "for Marian; seqmap maps one table shared by encoder, decoder and output")
+    tied = _tied(config, where)
     src_tok, tgt_tok = _marian_tokenizers(source, config)
     layers = (config["encoder_layers"], config["decoder_layers"])
     model_cfg = ModelConfig(family="transformer", src_vocab=src_tok.vocab_size, tgt_vocab=tgt_tok.vocab_size,
@@ -236,7 +253,7 @@ def _marian(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, 
                             enc_layers=layers[0], dec_layers=layers[1], dropout=0.0, activation=activation,
                             positional="sinusoidal", sinusoidal_layout="split",
                             max_len=config["max_position_embeddings"], norm_position="post",
-                            scale_embeddings=bool(config.get("scale_embedding", False)), tie_embeddings=True,
+                            scale_embeddings=bool(config.get("scale_embedding", False)), tie_embeddings=tied,
                             share_vocab=True, output_bias=True)
     w = {k.removeprefix("model."): t for k, t in read_weights(source).items()}
     ours = sinusoidal_table(config["max_position_embeddings"], d, layout="split")
@@ -247,11 +264,14 @@ def _marian(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, 
                            "computes; learned positions are not supported for Marian")
     hf_ids = src_tok.hf_ids()
     pad = config["pad_token_id"]
-    table = rows(_take(w, "shared.weight", (v, d), source), hf_ids)
-    table[BOS] = _take(w, "shared.weight", (v, d), source)[pad]  # the decoder starts from Marian's pad embedding
+    shared = _marian_table(w, tied, (v, d), source)
+    table = rows(shared, hf_ids)
+    table[BOS] = shared[pad]  # the decoder starts from Marian's pad embedding
     bias = rows(_take(w, "final_logits_bias", (1, v), source).t(), hf_ids)[:, 0]
+    # tie_word_embeddings: false keeps its own output layer (lm_head.weight), which must not be replaced by the table
+    output = table if tied else rows(_take(w, "lm_head.weight", (v, d), source), hf_ids)
     out = {"encoder.embedding.table.weight": table, "decoder.embedding.table.weight": table,
-           "decoder.output.weight": table, "decoder.output.bias": bias}
+           "decoder.output.weight": output, "decoder.output.bias": bias}
     for side, n in (("encoder", layers[0]), ("decoder", layers[1])):
         for i in range(n):
             h, p = f"{side}.layers.{i}", f"{side}.layers.{i}"

@@ -34,12 +34,15 @@ from .test_marian_export import _trained  # noqa: E402
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def test_a_marian_translates_greedily_as_seqmap_does(tmp_path, capsys):
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_marian_translates_greedily_as_seqmap_does(tmp_path, capsys, tied):
+    """Untied (``tie_word_embeddings: false``): CTranslate2's converter reads the exported ``lm_head``."""
     from seqmap.cli import main
 
-    hf, _ = tiny_marian(tmp_path, seed=9)
+    hf, _ = tiny_marian(tmp_path, seed=9, tied=tied)
     with torch.no_grad():  # OPUS-MT's pad row is zero (Marian has no pad token); CTranslate2 relies on it
-        hf.model.shared.weight[hf.config.pad_token_id] = 0.0
+        for table in (hf.model.shared, hf.model.encoder.embed_tokens, hf.model.decoder.embed_tokens):
+            table.weight[hf.config.pad_token_id] = 0.0
     hf.save_pretrained(tmp_path / "hf")
     import_hf(tmp_path / "hf", tmp_path / "run")
     assert main(["export", "ct2", str(tmp_path / "run"), "--out", str(tmp_path / "ct2")]) == 0

@@ -19,9 +19,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 TEXT = ("the cat sat on the mat. the dog sat on the log. a cat and a dog met on a mat by the log.\n" * 20)
 
 
-def tiny_gpt2(directory, seed: int = 0, tied: bool = True):
+def tiny_gpt2(directory, seed: int = 0, tied: bool = True, pad_to: int = 1):
     """A byte-level BPE trained on a few lines, and a random 2-layer GPT-2 over it, saved as transformers saves
-    (``tied=False``: an output layer ``lm_head`` of its own, ``tie_word_embeddings: false``)."""
+    (``tied=False``: an output layer ``lm_head`` of its own, ``tie_word_embeddings: false``; ``pad_to``: a
+    ``vocab_size`` padded up to a multiple of it, with rows past the tokenizer's last id)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -33,8 +34,8 @@ def tiny_gpt2(directory, seed: int = 0, tied: bool = True):
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
                                                 bos_token="<|endoftext|>", unk_token="<|endoftext|>")
     torch.manual_seed(seed)
-    config = transformers.GPT2Config(vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4,
-                                     n_positions=64, bos_token_id=eos, eos_token_id=eos,
+    config = transformers.GPT2Config(vocab_size=-(-tok.get_vocab_size() // pad_to) * pad_to, n_embd=32, n_layer=2,
+                                     n_head=4, n_positions=64, bos_token_id=eos, eos_token_id=eos,
                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=tied)
     model = transformers.GPT2LMHeadModel(config).eval()
     with torch.no_grad():  # a random model's logits are nearly flat; sharpen them so generation is not a coin toss
@@ -158,10 +159,54 @@ def test_a_tokenizer_of_another_model_is_one_line(tmp_path):
 
     tiny_gpt2(tmp_path / "hf", seed=2)
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    config["vocab_size"] += 1
+    config["vocab_size"] -= 1  # the tokenizer's last id has no row (more rows than tokens is padding: imported)
     (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
-    with pytest.raises(HubError, match="the tokenizer does not belong to this model"):
+    with pytest.raises(HubError, match="have no embedding row: the tokenizer does not belong to this model"):
         import_hf(tmp_path / "hf", tmp_path / "run")
+    config["vocab_size"] += 2  # rows the weights do not have
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(HubError, match=r"wte.weight has shape \(\d+, 32\), but config.json implies"):
+        import_hf(tmp_path / "hf", tmp_path / "run")
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_vocabulary_padded_past_the_tokenizer_is_trimmed(tmp_path, tied):
+    """``vocab_size`` padded to a multiple of 64 (once refused as another model's tokenizer): the rows no token has
+    are dropped, so nothing the tokenizer cannot decode is generated; the other logits are the model's, greedy
+    generation is ``transformers``' with the padding suppressed, beam search too when it renormalises (the rows
+    leave the softmax), and the export is the trimmed model."""
+    hf, fast = tiny_gpt2(tmp_path / "hf", seed=6, tied=tied, pad_to=64)
+    n, padded = len(fast), hf.config.vocab_size
+    assert padded % 64 == 0 and padded - n > 10
+    import_hf(tmp_path / "hf", tmp_path / "run")
+    run = load_run(tmp_path / "run")
+    tok = run.tgt_tok
+    assert run.cfg.model.tgt_vocab == tok.vocab_size == n + 3  # PAD, BOS, UNK, EOS reserved; <|endoftext|> is EOS
+    assert run.model.output.weight.shape[0] == tok.vocab_size and max(tok.hf_ids()[4:]) == n - 1
+    text = "the cat sat on the log"
+    hf_ids = fast(text)["input_ids"]
+    columns = [i for i in range(tok.vocab_size) if tok.to_hf(i) is not None]
+    with torch.no_grad():
+        logits = hf(torch.tensor([hf_ids])).logits  # (1, T, V padded)
+        ours = run.model(None, None, torch.tensor([tok.encode(text)]))[0]
+    torch.testing.assert_close(ours[:, columns], logits[0][:, [tok.to_hf(i) for i in columns]], rtol=0, atol=1e-5)
+    for beam in (1, 5):
+        for prompt in ["the cat", "a dog met"]:
+            ids = fast(prompt)["input_ids"]
+            with torch.no_grad():
+                out = hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                  do_sample=False, num_beams=beam, max_new_tokens=12, length_penalty=1.0,
+                                  pad_token_id=fast.eos_token_id, suppress_tokens=list(range(n, padded)),
+                                  renormalize_logits=True)[0, len(ids):].tolist()
+            decode = dataclasses.replace(run.cfg.decode, beam_size=beam, max_new_tokens=12, length_penalty=1.0)
+            mine = generate_nbest(run.model, [lm_prompt(tok, prompt)], decode, sample=False)[0][0].output
+            theirs = [t for t in out if t != fast.eos_token_id]
+            assert [tok.to_hf(i) for i in mine] == theirs, (prompt, beam)
+    export_hf(run, tmp_path / "back")
+    back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "back").eval()
+    assert back.config.vocab_size == n and back.config.tie_word_embeddings is tied
+    with torch.no_grad():
+        torch.testing.assert_close(back(torch.tensor([hf_ids])).logits, logits[..., :n], rtol=0, atol=1e-5)
 
 
 def test_an_imported_model_fine_tunes_on_your_text(tmp_path, capsys):

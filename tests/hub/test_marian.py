@@ -33,8 +33,10 @@ def _spm(path, lines):
     return path.with_suffix(".model")
 
 
-def tiny_marian(directory, seed: int = 0):
-    """source.spm / target.spm, one vocab.json over both (</s> 0, <unk> 1, ..., <pad> last), a random MarianMT."""
+def tiny_marian(directory, seed: int = 0, tied: bool = True):
+    """source.spm / target.spm, one vocab.json over both (</s> 0, <unk> 1, ..., <pad> last), a random MarianMT
+    (``tied=False``: an output layer ``lm_head`` of its own, ``tie_word_embeddings: false``; ``transformers`` 5
+    then ties nothing, and encoder and decoder are given one table, as a converted OPUS-MT model has)."""
     directory.mkdir(parents=True, exist_ok=True)
     src_model = _spm(directory / "src", SOURCE)
     tgt_model = _spm(directory / "tgt", TARGET)
@@ -54,8 +56,10 @@ def tiny_marian(directory, seed: int = 0):
                                        decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=len(vocab) - 1,
                                        eos_token_id=0, decoder_start_token_id=len(vocab) - 1,
                                        activation_function="swish", scale_embedding=True, dropout=0.0,
-                                       attention_dropout=0.0, activation_dropout=0.0)
+                                       attention_dropout=0.0, activation_dropout=0.0, tie_word_embeddings=tied)
     model = transformers.MarianMTModel(config)
+    if not tied:  # one table for encoder and decoder while it trains; its own copy in each when saved
+        model.model.encoder.embed_tokens = model.model.decoder.embed_tokens = model.model.shared
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)  # a little training: outputs that depend on the source
     batch = tok(SOURCE[:4], text_target=TARGET[:4], padding=True, return_tensors="pt")
     for _ in range(60):
@@ -65,6 +69,10 @@ def tiny_marian(directory, seed: int = 0):
     model.eval()
     with torch.no_grad():
         model.final_logits_bias.normal_(0.0, 0.1)  # a bias of its own, so its mapping is tested
+    if not tied:
+        for side in (model.model.encoder, model.model.decoder):
+            side.embed_tokens = torch.nn.Embedding.from_pretrained(model.model.shared.weight.detach().clone(),
+                                                                   freeze=False, padding_idx=config.pad_token_id)
     out = directory / "hf"
     model.save_pretrained(out)
     tok.save_pretrained(out)
@@ -125,6 +133,44 @@ def test_logits_agree(imported):
     torch.testing.assert_close(ours[:, keep], theirs[:, [hf_of[i] for i in keep]], rtol=0, atol=1e-4)
 
 
+def test_an_untied_output_layer_is_imported_as_its_own(tmp_path):
+    """``tie_word_embeddings: false``: the logits come from ``lm_head``, not from the embedding table, and greedy
+    translations are those of ``transformers``."""
+    hf, tok = tiny_marian(tmp_path, seed=2, tied=False)
+    assert not torch.equal(hf.lm_head.weight, hf.model.shared.weight)
+    import_hf(tmp_path / "hf", tmp_path / "run")
+    run = load_run(tmp_path / "run")
+    assert run.cfg.model.tie_embeddings is False and run.cfg.model.share_vocab is True
+    src = tok("the cat sat")["input_ids"]
+    tgt = [hf.config.decoder_start_token_id, *tok(text_target="die katze")["input_ids"][:-1]]
+    hf_of = run.tgt_tok.hf_ids()
+    keep = [i for i, h in enumerate(hf_of) if h is not None]
+    with torch.no_grad():
+        theirs = hf(input_ids=torch.tensor([src]), decoder_input_ids=torch.tensor([tgt])).logits[0]
+        ours = run.model(torch.tensor([run.src_tok.encode("the cat sat")]), None,
+                         torch.tensor([[1, *run.tgt_tok.encode("die katze")]]))[0]
+    torch.testing.assert_close(ours[:, keep], theirs[:, [hf_of[i] for i in keep]], rtol=0, atol=1e-4)
+    pad, unk = hf.config.pad_token_id, tok.convert_tokens_to_ids("<unk>")
+    for text in ["the cat sat on the mat", "a dog met a cat", "where is the log"]:
+        with torch.no_grad():
+            out = hf.generate(torch.tensor([tok(text)["input_ids"]]), do_sample=False, max_new_tokens=12,
+                              bad_words_ids=[[pad], [unk]], forced_eos_token_id=None)[0, 1:].tolist()
+        mine = translate_ids(run.model, [run.src_tok.encode(text)], DecodeConfig(max_len_a=0.0, max_len_b=12))[0]
+        assert [run.tgt_tok.to_hf(i) for i in mine] == [t for t in out if t not in (0, pad)], text
+
+
+def test_an_untied_marian_whose_encoder_and_decoder_tables_differ_is_one_line(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    tiny_marian(tmp_path, seed=3, tied=False)
+    path = tmp_path / "hf" / "model.safetensors"
+    weights = load_file(str(path))
+    weights["model.decoder.embed_tokens.weight"] = weights["model.decoder.embed_tokens.weight"] + 1.0
+    save_file(weights, str(path), metadata={"format": "pt"})
+    with pytest.raises(HubError, match="encoder.embed_tokens and decoder.embed_tokens differ"):
+        import_hf(tmp_path / "hf", tmp_path / "run")
+
+
 def test_missing_marian_files_are_one_line(tmp_path):
     tiny_marian(tmp_path, seed=1)
     (tmp_path / "hf" / "vocab.json").unlink()
@@ -133,8 +179,8 @@ def test_missing_marian_files_are_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"tie_word_embeddings": False}, "tie_word_embeddings false (separate embedding and output tables) is not "
-                                     "supported for Marian"),  # once imported with the shared table as output
+    ({"tie_word_embeddings": False}, "the weight lm_head.weight is missing (is config.json from the same "
+                                     "model?)"),  # once refused; never imported with the shared table as output
     ({"tie_word_embeddings": 0}, "tie_word_embeddings must be true or false, got 0"),
     ({"decoder_attention_heads": 2}, "encoder_attention_heads and decoder_attention_heads differ"),
     ({"decoder_ffn_dim": 32}, "encoder_ffn_dim and decoder_ffn_dim differ"),

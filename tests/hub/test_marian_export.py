@@ -23,15 +23,17 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 TEXTS = ["the cat sat on the mat", "a dog met a cat", "where is the log"]
 
 
-@pytest.fixture(scope="module")
-def round_trip(tmp_path_factory):
+@pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
+def round_trip(tmp_path_factory, request):
+    """A MarianMT imported and exported again; untied: an output layer ``lm_head`` of its own (once refused)."""
     from seqmap.cli import main
 
     root = tmp_path_factory.mktemp("marian_export")
-    hf, tok = tiny_marian(root, seed=5)
+    hf, tok = tiny_marian(root, seed=5, tied=request.param)
     assert main(["import", "hf", str(root / "hf"), "--out", str(root / "run")]) == 0
     assert main(["export", "hf", str(root / "run"), "--out", str(root / "back")]) == 0
     back = transformers.MarianMTModel.from_pretrained(root / "back").eval()
+    assert back.config.tie_word_embeddings is request.param
     back_tok = transformers.MarianTokenizer.from_pretrained(root / "back")
     return hf, tok, back, back_tok, load_run(root / "run")
 
@@ -85,14 +87,23 @@ def _trained(tmp_path, **model):
     return load_run(tmp_path / "run")
 
 
-def test_a_seqmap_trained_transformer_exports_to_marian(tmp_path):
-    run = _trained(tmp_path)
+@pytest.mark.parametrize("shared", [True, False], ids=["one vocabulary", "separate vocabularies"])
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_a_seqmap_trained_transformer_exports_to_marian(tmp_path, shared, tied):
+    """Untied (``tie_word_embeddings: false``) and separate source and target tables
+    (``share_encoder_decoder_embeddings: false``) too, each once refused."""
+    run = _trained(tmp_path, tie_embeddings=tied, share_vocab=shared)
     export_hf(run, tmp_path / "marian")
     hf = transformers.MarianMTModel.from_pretrained(tmp_path / "marian").eval()
+    assert (hf.config.tie_word_embeddings, hf.config.share_encoder_decoder_embeddings) == (tied, shared)
+    torch.testing.assert_close(hf.lm_head.weight, run.model.decoder.output.weight, rtol=0, atol=0)
+    torch.testing.assert_close(hf.model.encoder.embed_tokens.weight, run.model.encoder.embedding.table.weight,
+                               rtol=0, atol=0)
+    assert shared or not torch.equal(hf.model.encoder.embed_tokens.weight, hf.model.decoder.embed_tokens.weight)
     fast = transformers.AutoTokenizer.from_pretrained(tmp_path / "marian")
     for text in ["a b c", "c a b d"]:
         ids = run.src_tok.encode(text)
-        assert fast(text, add_special_tokens=False)["input_ids"] == ids
+        assert fast(text, add_special_tokens=False)["input_ids"] == run.tgt_tok.encode(text)  # the target side
         tgt = [1, *run.tgt_tok.encode("c b a")]
         with torch.no_grad():
             theirs = hf(input_ids=torch.tensor([ids]), decoder_input_ids=torch.tensor([tgt])).logits
@@ -106,7 +117,7 @@ def test_a_seqmap_trained_transformer_exports_to_marian(tmp_path):
 def test_options_marian_lacks_are_refused_in_one_line(tmp_path):
     run = _trained(tmp_path)
     for key, value in [("norm_position", "pre"), ("positional", "rope"), ("sinusoidal_layout", "interleaved"),
-                       ("activation", "swiglu"), ("share_vocab", False), ("n_kv_heads", 1)]:
+                       ("activation", "swiglu"), ("n_kv_heads", 1)]:
         changed = dataclasses.replace(run, cfg=dataclasses.replace(
             run.cfg, model=dataclasses.replace(run.cfg.model, **{key: value})))
         with pytest.raises(HubError, match=f"model.{key}=.* no MarianMT equivalent"):
