@@ -30,7 +30,7 @@ from sacrebleu.significance import PairedTest
 
 from seqmap import metrics as mt
 from seqmap.config import DataConfig, DecodeConfig
-from seqmap.data.corpus import DataError, read_lines, read_parallel, read_tsv
+from seqmap.data.corpus import DataError, filter_pairs, read_lines, read_parallel, read_tsv
 from seqmap.data.graphs import GraphData
 from seqmap.data.images import read_split
 from seqmap.data.labels import LabelSet
@@ -38,6 +38,8 @@ from seqmap.data.pipeline import (
     Pairs,
     classification_ids,
     classification_train_rows,
+    filtered_lengths,
+    read_translation_split,
     read_translation_texts,
     truncate_source,
 )
@@ -227,7 +229,8 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
     decode = decode or run.cfg.decode
     refs = [run.tgt_tok.normalizer(r) for r in refs]  # as the training targets were (e.g. OpenCC t2s)
     if tok_refs is not None and len(tok_refs) != len(refs):
-        raise ValueError(f"the tokenized references have {len(tok_refs)} lines but the references {len(refs)}")
+        raise ValueError(f"the tokenized references have {len(tok_refs)} lines but the references {len(refs)}; "
+                         "give --tok-ref the same sentences, one per line")
     tokenize = bleu_tokenizer(run.cfg.data.tgt_lang, tokenize)
     other = None if compare_with is None else read_lines(compare_with, "--compare")
     if other is not None and len(other) != len(sources):  # found before decoding, not after
@@ -262,12 +265,26 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
 def split_texts(run: LoadedRun, split: str = "test") -> tuple[list[str], list[str]]:
     """The sources and references of a translation run's own ``split`` ("test", "val" or "train"), read from its
     config's data and normalized as training read them (``seqmap evaluate RUN_DIR`` without --src/--ref scores
-    these, as ``seqmap train`` scored the test split). A DataError says when the config names no such data."""
+    these, as ``seqmap train`` scored the test split). Only the files of ``split`` are read (the training file
+    too for a ``data.valid_size`` hold-out). The validation and training pairs are the ones training kept:
+    empty and over-long pairs dropped, as ``seqmap train`` logged. A DataError says when the config names no
+    such data."""
+    cfg = run.cfg.data
     name = "valid" if split == "val" else split
-    pairs = read_translation_texts(run.cfg.data)[name]
+    try:
+        pairs = read_translation_split(cfg, name)
+    except DataError as e:  # moved away since training, or relative to the folder training ran in
+        raise DataError(f"{e}; or give --src FILE and --ref FILE") from None
     if not pairs:
         raise DataError(f"the run's config names no {name} data (data.{name} or data.{name}_src and "
                         f"data.{name}_tgt); give --src FILE and --ref FILE")
+    if name != "test":  # as load_translation filtered them (the test split is scored whole)
+        read = len(pairs)
+        pairs = filter_pairs(pairs, cfg.max_len, lengths=lambda s, t: filtered_lengths(
+            cfg, run.src_tok.encode(s), run.tgt_tok.encode(t)))[0]
+        if not pairs:
+            raise DataError(f"training kept none of the {read} {name} pairs (each empty, or longer than "
+                            f"data.max_len={cfg.max_len} tokens); give --src FILE and --ref FILE")
     return [s for s, _ in pairs], [t for _, t in pairs]
 
 

@@ -57,6 +57,14 @@ def load(args: argparse.Namespace, task: str | tuple[str, ...] | None = None):
     from seqmap.runs import load_run
 
     threads(getattr(args, "threads", None))
+    if getattr(args, "ct2", None) is not None:  # before loading, which would refuse 16 bits on the CPU otherwise
+        from seqmap.hub import HubError
+        from seqmap.hub.ct2 import refuse_gpu_options
+
+        try:
+            refuse_gpu_options(args.device, getattr(args, "precision", None))
+        except HubError as e:
+            raise UserError(str(e)) from None
     run = load_run(args.run_dir, args.checkpoint, args.device, quantize=getattr(args, "quantize", None),
                    precision=getattr(args, "precision", None))
     tasks = (task,) if isinstance(task, str) else task

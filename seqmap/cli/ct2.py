@@ -16,7 +16,6 @@ def ct2_decoder(run, args: argparse.Namespace, decode):
     from seqmap.hub import HubError
     from seqmap.hub.ct2 import open_export, translate_ct2_nbest
 
-    refuse_device_options(args)
     if run.cfg.model.family != "transformer":
         raise UserError(f"--ct2 decodes Transformer runs; {args.run_dir} is model.family={run.cfg.model.family}")
     try:
@@ -42,7 +41,6 @@ def ct2_generate(run, args: argparse.Namespace, decode, prompts: list[list[int]]
     from seqmap.hub import HubError
     from seqmap.hub.ct2 import export_positions, generate_ct2_nbest, open_export
 
-    refuse_device_options(args)
     if run.cfg.model.family != "lm":
         raise UserError(f"--ct2 generates with decoder-only Transformer LMs; {args.run_dir} is "
                         f"model.family={run.cfg.model.family}: leave out --ct2")
@@ -54,16 +52,6 @@ def ct2_generate(run, args: argparse.Namespace, decode, prompts: list[list[int]]
     except HubError as e:
         raise UserError(str(e)) from None
     return [entries[0].output for entries in nbest]
-
-
-def refuse_device_options(args: argparse.Namespace) -> None:
-    """``--ct2`` runs CTranslate2 on the CPU in the export's own compute type (or int8): a GPU or a 16-bit
-    ``--precision`` asked for beside it would be ignored, so it is refused."""
-    if args.device != "cpu":
-        raise UserError(f"--ct2 runs CTranslate2 on the CPU; leave out --device {args.device} or --ct2")
-    if getattr(args, "precision", "fp32") != "fp32":
-        raise UserError(f"--precision {args.precision} is not available with --ct2 (it decodes in the export's "
-                        "compute type, or int8 with --quantize int8); leave out --precision or --ct2")
 
 
 def refuse_with_ct2(args: argparse.Namespace, options: dict[str, bool]) -> None:

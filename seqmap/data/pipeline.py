@@ -142,29 +142,55 @@ def normalizer_for(cfg: DataConfig) -> TextNormalizer:
 def read_translation_texts(cfg: DataConfig) -> dict[str, Pairs]:
     """The train/valid/test (source, target) texts named by the config (test may be empty), normalized."""
     out = _bundled_pairs(cfg) if cfg.dataset is not None else _file_pairs(cfg)
+    return _normalized(cfg, out)
+
+
+def read_translation_split(cfg: DataConfig, split: str) -> Pairs:
+    """One split ("train", "valid" or "test") of ``read_translation_texts``, reading only that split's files (and
+    ``data.train`` for a ``data.valid_size`` hold-out): ``seqmap evaluate RUN_DIR`` scores a split after
+    training, when the other files may have moved."""
+    if cfg.dataset is not None:
+        pairs = _bundled_pairs(cfg)[split]
+    elif split != "test" and holds_out(cfg):
+        train, valid = hold_out(_split_files(cfg, "train", "pairs"), cfg, "pairs", _train_source(cfg))
+        pairs = valid if split == "valid" else train
+    else:
+        pairs = _split_files(cfg, split, "pairs")
+    return _normalized(cfg, {split: pairs})[split]
+
+
+def _normalized(cfg: DataConfig, splits: dict[str, Pairs]) -> dict[str, Pairs]:
     norm = normalizer_for(cfg)
     if norm.identity:
-        return out
-    return {k: [(norm(s), norm(t)) for s, t in v] for k, v in out.items()}
+        return splits
+    return {k: [(norm(s), norm(t)) for s, t in v] for k, v in splits.items()}
+
+
+def _train_source(cfg: DataConfig) -> str:
+    return f"data.train ({cfg.train})" if cfg.train else f"data.train_src ({cfg.train_src})"
+
+
+def _split_files(cfg: DataConfig, split: str, noun: str) -> Pairs:
+    """The pairs of ``split``'s own files (a TSV, or two aligned files); none for an absent test split."""
+    tsv, src, tgt = getattr(cfg, split), getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")
+    if tsv is not None:
+        return read_tsv(tsv, f"data.{split}", cfg.src_column, cfg.tgt_column)
+    if src is not None:
+        return read_parallel(src, tgt, f"data.{split}_src", f"data.{split}_tgt")
+    if split == "test":
+        return []
+    hold = f", or data.valid_size to hold out the last N training {noun}" if split == "valid" else ""
+    raise DataError(f"no {split} data: set data.{split} (a TSV file) or data.{split}_src and "
+                    f"data.{split}_tgt (two aligned files){hold}, or data.dataset")
 
 
 def _file_pairs(cfg: DataConfig, noun: str = "pairs") -> dict[str, Pairs]:
-    out: dict[str, Pairs] = {}
-    for split in ("train", "valid", "test"):
-        tsv, src, tgt = getattr(cfg, split), getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")
-        if tsv is not None:
-            out[split] = read_tsv(tsv, f"data.{split}", cfg.src_column, cfg.tgt_column)
-        elif src is not None:
-            out[split] = read_parallel(src, tgt, f"data.{split}_src", f"data.{split}_tgt")
-        elif split == "test":
-            out[split] = []
-        elif split == "valid" and holds_out(cfg):
-            source = f"data.train ({cfg.train})" if cfg.train else f"data.train_src ({cfg.train_src})"
-            out["train"], out["valid"] = hold_out(out["train"], cfg, noun, source)
-        else:
-            hold = f", or data.valid_size to hold out the last N training {noun}" if split == "valid" else ""
-            raise DataError(f"no {split} data: set data.{split} (a TSV file) or data.{split}_src and "
-                            f"data.{split}_tgt (two aligned files){hold}, or data.dataset")
+    out = {"train": _split_files(cfg, "train", noun)}
+    if holds_out(cfg):
+        out["train"], out["valid"] = hold_out(out["train"], cfg, noun, _train_source(cfg))
+    else:
+        out["valid"] = _split_files(cfg, "valid", noun)
+    out["test"] = _split_files(cfg, "test", noun)
     return out
 
 
@@ -239,6 +265,12 @@ def truncate_source(ids: list[int], max_src_len: int) -> list[int]:
     return ids[:max_src_len] if max_src_len > 0 else ids
 
 
+def filtered_lengths(cfg: DataConfig, src_ids: Sequence[int], tgt_ids: Sequence[int]) -> tuple[int, int]:
+    """The (source, target) lengths a pair is kept or dropped by (``data.max_len``; empty is dropped too): with
+    ``data.max_src_len`` > 0 only the target counts (longer sources are truncated, not dropped)."""
+    return (0 if cfg.max_src_len > 0 else len(src_ids)), len(tgt_ids)
+
+
 def _encode_and_filter(name: str, pairs: Pairs, src_tok, tgt_tok, cfg: DataConfig, cache: Path,
                        log: Callable[[str], None] = print):
     """Token ids of the pairs (cached), then drop empty and over-long pairs, counting them.
@@ -247,10 +279,9 @@ def _encode_and_filter(name: str, pairs: Pairs, src_tok, tgt_tok, cfg: DataConfi
     than ``max_src_len`` are truncated and counted in the log instead of dropped.
     """
     ids_of = dict(zip(pairs, cached_encode(pairs, (src_tok, tgt_tok), cache, name=name)))  # same text, same ids
+    kept, report = filter_pairs(pairs, cfg.max_len, lengths=lambda s, t: filtered_lengths(cfg, *ids_of[(s, t)]))
     if cfg.max_src_len <= 0:
-        kept, report = filter_pairs(pairs, cfg.max_len, lengths=lambda s, t: tuple(map(len, ids_of[(s, t)])))
         return [ids_of[p] for p in kept], kept, report
-    kept, report = filter_pairs(pairs, cfg.max_len, lengths=lambda s, t: (0, len(ids_of[(s, t)][1])))
     long = [len(ids_of[p][0]) for p in kept if len(ids_of[p][0]) > cfg.max_src_len]
     log(f"{name}: {len(long)} of {len(kept)} sources longer than data.max_src_len={cfg.max_src_len} tokens "
         f"(longest {max(long, default=0)}), truncated to their first {cfg.max_src_len}")

@@ -32,13 +32,13 @@ def decode_dtype(precision: str | None, device: torch.device | str, task: str = 
         return torch.float32
     if precision not in PRECISIONS:
         raise PrecisionError(f"--precision {precision!r} is not supported; use one of {', '.join(PRECISIONS)}")
+    if task not in TASKS:  # before the device: --device cuda would not help
+        raise PrecisionError(f"--precision {precision} is for translation and language-model runs; this "
+                             f"data.task={task} run decodes in fp32: leave out --precision")
     device = torch.device(device)
     if device.type != "cuda":
         raise PrecisionError(f"--precision {precision} decodes on a CUDA GPU only (the CPU decodes in fp32; "
                              "--quantize int8 is its faster path); add --device cuda or leave out --precision")
-    if task not in TASKS:
-        raise PrecisionError(f"--precision {precision} is for translation and language-model runs; this "
-                             f"data.task={task} run decodes in fp32: leave out --precision")
     if precision == "bf16" and not torch.cuda.is_bf16_supported():
         raise PrecisionError(f"--precision bf16: {torch.cuda.get_device_name(device)} has no bfloat16 support; "
                              "use --precision fp16")

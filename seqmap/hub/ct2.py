@@ -319,6 +319,17 @@ def load_generator(ct2_dir: str | os.PathLike, threads: int = 0, compute_type: s
     return _load("Generator", ct2_dir, threads, compute_type)
 
 
+def refuse_gpu_options(device, precision: str | None = None) -> None:
+    """``--ct2`` runs CTranslate2 on the CPU in the export's compute type (or int8 with ``--quantize int8``): a GPU
+    or a 16-bit ``--precision`` asked for beside it would be ignored, so a HubError refuses it (translate,
+    evaluate, generate and serve check this before loading the run)."""
+    if str(device) != "cpu":
+        raise HubError(f"--ct2 runs CTranslate2 on the CPU; leave out --device {device} or --ct2")
+    if precision not in (None, "fp32"):
+        raise HubError(f"--precision {precision} is not available with --ct2 (it decodes in the export's compute "
+                       "type, or int8 with --quantize int8); leave out --precision or --ct2")
+
+
 def open_export(ct2_dir: str | os.PathLike, run, *, threads: int = 0, int8: bool = False, seed: int | None = None):
     """The ``ctranslate2.Translator`` (a translation run) or ``ctranslate2.Generator`` (a decoder-only LM) of
     ``run``'s export in ``ct2_dir`` (in int8 when asked), checked to be that run's (``check_export``): what

@@ -135,8 +135,14 @@ def _build(args: argparse.Namespace):
     if args.quantize != "none" and (args.quantize != "int8" or device.type != "cpu"):
         raise ServeError(f"--quantize {args.quantize!r} with --device {args.device}: "
                          "use --quantize none, or int8 on the CPU")
-    if args.ct2 is not None and device.type != "cpu":
-        raise ServeError(f"--ct2 runs CTranslate2 on the CPU; leave out --device {args.device} or --ct2")
+    if args.ct2 is not None:  # before loading the run, which would refuse 16 bits on the CPU otherwise
+        from seqmap.hub import HubError
+        from seqmap.hub.ct2 import refuse_gpu_options
+
+        try:
+            refuse_gpu_options(args.device, args.precision)
+        except HubError as e:
+            raise ServeError(str(e)) from None
     run = load_run(args.run_dir, args.checkpoint, device, quantize=args.quantize, precision=args.precision)
     if run.cfg.data.task == "graph":
         raise ServeError(f"{args.run_dir} is a graph (GAT) run; the server translates, generates and classifies "

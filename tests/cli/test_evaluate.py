@@ -23,7 +23,7 @@ TRAIN = ["one\tsummary", "two\ta short summary", "three\tthe summary of three"] 
 
 
 def _run(root: Path, name: str, *, task: str = "translation", tgt_lang: str = "en", train: str | None = None,
-         test: str | None = None, lowercase: bool = False) -> Path:
+         test: str | None = None, lowercase: bool = False, valid_size: int = 0) -> Path:
     """A run directory (``RUN/checkpoints/step-000001``) holding an untrained tiny model of ``task``."""
     texts = [*DOCS, *REFS, "one two three summary short the of a"]
     tok, _ = train_pair("word", texts, texts, joint=True)
@@ -34,7 +34,8 @@ def _run(root: Path, name: str, *, task: str = "translation", tgt_lang: str = "e
         LabelSet(("games", "libs")).save(root / f"{name}-tok" / LABELS_FILE)
         model.update(family="classifier", n_classes=2)
     data = DataConfig(task=task, tokenizer="word", tgt_lang=tgt_lang, train=train,
-                      valid=train, test=test, max_len=32, lowercase=lowercase)
+                      valid=None if valid_size else train, valid_size=valid_size, test=test, max_len=32,
+                      lowercase=lowercase)
     cfg = RunConfig(model=ModelConfig(**model), data=data, train=TrainConfig(),
                     decode=DecodeConfig(max_len_a=0.0, max_len_b=3))
     torch.manual_seed(0)
@@ -51,11 +52,15 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     (root / "docs.ref").write_text("".join(r + "\n" for r in REFS))
     (root / "test.tsv").write_text("".join(f"{d}\t{r.title()}\n" for d, r in zip(DOCS, REFS, strict=True)))
     train = str(root / "train.tsv")
+    held = [*TRAIN, "four\ta summary", "\tan empty source", " ".join(["long"] * 40) + "\ttoo long"]
+    (root / "held.tsv").write_text("".join(row + "\n" for row in held))  # the last 3 are held out; 1 is kept
     return {"summ": _run(root, "summ", train=train), "plain": _run(root, "plain", train=str(root / "gone.tsv")),
             "zh": _run(root, "zh", tgt_lang="zh", train=train),
             "classifier": _run(root, "classifier", task="classification", train=train),
             "tested": _run(root, "tested", train=train, test=str(root / "test.tsv"), lowercase=True),
             "test_gone": _run(root, "test_gone", train=train, test=str(root / "gone.tsv")),
+            "train_gone": _run(root, "train_gone", train=str(root / "gone.tsv"), test=str(root / "test.tsv")),
+            "held_out": _run(root, "held_out", train=str(root / "held.tsv"), valid_size=3),
             "src": root / "docs.src", "ref": root / "docs.ref"}
 
 
@@ -183,3 +188,47 @@ def test_scoring_the_runs_own_split_explains_what_is_missing_in_one_line(runs, c
     assert main(["evaluate", str(runs[run]), *options]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"seqmap: error: {message}") and err.count("\n") == 1, err
+
+
+def test_the_test_split_is_read_without_the_training_files(runs, capsys):
+    """Every split's files were read, so a run whose training data had moved away could not score its test split."""
+    assert main(["evaluate", str(runs["train_gone"])]) == 0
+    assert f"3 hypotheses written to {runs['train_gone'] / 'eval' / 'test.hyp'}" in capsys.readouterr().out
+
+
+def test_split_val_scores_the_pairs_training_validated_on(runs, capsys):
+    """data.valid_size=3 holds out the last 3 training pairs; training dropped the empty and the over-long one
+    (data.max_len=32) and validated on the one left, which --split val scored beside the two dropped ones."""
+    from seqmap.runs import load_run
+
+    run = load_run(runs["held_out"], pack=False)
+    assert seqmap.evaluation.split_texts(run, "val") == (["four"], ["a summary"])
+    train = seqmap.evaluation.split_texts(run, "train")
+    assert train == ([row.split("\t")[0] for row in TRAIN], [row.split("\t")[1] for row in TRAIN])
+    assert main(["evaluate", str(runs["held_out"]), "--split", "val"]) == 0
+    assert f"1 hypotheses written to {runs['held_out'] / 'eval' / 'val.hyp'}" in capsys.readouterr().out
+
+
+def test_a_split_that_training_kept_none_of_is_one_line_naming_why(tmp_path, capsys):
+    """Every held-out pair was dropped by training; evaluate said "no references given"."""
+    (tmp_path / "train.tsv").write_text("".join(row + "\n" for row in [*TRAIN, "\tan empty source"]))
+    run = _run(tmp_path, "none_kept", train=str(tmp_path / "train.tsv"), valid_size=1)
+    assert main(["evaluate", str(run), "--split", "val"]) == 2
+    assert capsys.readouterr().err == ("seqmap: error: training kept none of the 1 valid pairs (each empty, or "
+                                       "longer than data.max_len=32 tokens); give --src FILE and --ref FILE\n")
+
+
+@pytest.mark.parametrize("run, options, message", [
+    ("tested", ["--tok-ref", "ONE_LINE"], "the tokenized references have 1 lines but the references 3; give --tok-ref "
+                                          "the same sentences, one per line\n"),
+    ("test_gone", [], "(check the path; relative paths start at CWD); or give --src FILE and --ref FILE\n"),
+])
+def test_what_cannot_be_scored_says_what_to_give_instead(runs, tmp_path, monkeypatch, capsys, run, options, message):
+    """These lines named the problem only: a --tok-ref of another length, a test file moved away."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "one.tok").write_text("a\n")
+    options = ["one.tok" if o == "ONE_LINE" else o for o in options]
+    assert main(["evaluate", str(runs[run]), *options]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("seqmap: error: ") and err.count("\n") == 1, err
+    assert err.endswith(message.replace("RUN", str(runs[run])).replace("CWD", str(tmp_path))), err

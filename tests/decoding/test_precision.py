@@ -87,16 +87,52 @@ def test_the_cli_refuses_16_bits_on_the_cpu(translation_ckpt, capsys, argv, mess
     assert capsys.readouterr().err == message
 
 
-def test_ct2_refuses_a_gpu_and_16_bits_rather_than_ignoring_them(tmp_path, capsys):
-    import argparse
+def test_ct2_refuses_a_gpu_and_16_bits_rather_than_ignoring_them():
+    from seqmap.hub import HubError
+    from seqmap.hub.ct2 import refuse_gpu_options
 
-    from seqmap.cli.common import UserError
-    from seqmap.cli.ct2 import refuse_device_options
-
-    with pytest.raises(UserError, match=r"^--ct2 runs CTranslate2 on the CPU; leave out --device cuda or --ct2$"):
-        refuse_device_options(argparse.Namespace(device="cuda", precision="fp32"))
-    with pytest.raises(UserError, match=r"^--precision bf16 is not available with --ct2 \(it decodes in the "
+    with pytest.raises(HubError, match=r"^--ct2 runs CTranslate2 on the CPU; leave out --device cuda or --ct2$"):
+        refuse_gpu_options("cuda", "fp32")
+    with pytest.raises(HubError, match=r"^--precision bf16 is not available with --ct2 \(it decodes in the "
                        r"export's compute type, or int8 with --quantize int8\); leave out --precision or --ct2$"):
-        refuse_device_options(argparse.Namespace(device="cpu", precision="bf16"))
-    refuse_device_options(argparse.Namespace(device="cpu", precision="fp32"))
+        refuse_gpu_options("cpu", "bf16")
+    refuse_gpu_options("cpu", "fp32")
+    refuse_gpu_options("cpu")
 
+
+
+@pytest.mark.parametrize("task", ["classification", "image", "graph", "speech"])
+def test_a_run_that_decodes_in_fp32_only_is_told_to_leave_out_precision_not_to_add_a_gpu(task):
+    """On the CPU these runs were told "add --device cuda", which then refused them for their task."""
+    for device in ("cpu", "cuda"):
+        with pytest.raises(PrecisionError, match=rf"^--precision bf16 is for translation and language-model runs; "
+                           rf"this data.task={task} run decodes in fp32: leave out --precision$"):
+            decode_dtype("bf16", device, task)
+
+
+@pytest.fixture(scope="module")
+def lm_ckpt(tmp_path_factory):
+    from tests.cli.test_text_inputs import _checkpoint
+
+    return _checkpoint(tmp_path_factory.mktemp("precision_lm"), "lm")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["translate", "{run}", "the cat", "--ct2", "{run}/ct2", "--precision", "bf16"],
+     "--precision bf16 is not available with --ct2 (it decodes in the export's compute type, or int8 with "
+     "--quantize int8); leave out --precision or --ct2"),
+    (["evaluate", "{run}", "--src", "{run}/x", "--ref", "{run}/y", "--ct2", "{run}/ct2", "--precision", "fp16"],
+     "--precision fp16 is not available with --ct2 (it decodes in the export's compute type, or int8 with "
+     "--quantize int8); leave out --precision or --ct2"),
+    (["evaluate", "{run}", "--ct2", "{run}/ct2", "--device", "cuda"],
+     "--ct2 runs CTranslate2 on the CPU; leave out --device cuda or --ct2"),
+    (["generate", "{lm}", "--prompt", "the", "--ct2", "{lm}/ct2", "--precision", "bf16"],
+     "--precision bf16 is not available with --ct2 (it decodes in the export's compute type, or int8 with "
+     "--quantize int8); leave out --precision or --ct2"),
+])
+def test_ct2_beside_a_gpu_or_16_bits_is_refused_before_the_run_is_loaded(translation_ckpt, lm_ckpt, capsys, argv,
+                                                                         message):
+    """The run was loaded first, so on the CPU 16 bits were refused with "add --device cuda" (which --ct2 then
+    refused too) and --device cuda with "cannot be used here": the --ct2 line was never reached."""
+    assert main([a.format(run=translation_ckpt, lm=lm_ckpt) for a in argv]) == 2
+    assert capsys.readouterr().err == f"seqmap: error: {message}\n"

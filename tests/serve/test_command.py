@@ -38,6 +38,9 @@ def test_defaults_bind_to_loopback():
     (["--quantize", "int4"], "--quantize 'int4' with --device cpu: use --quantize none, or int8 on the CPU"),
     (["--quantize", "int8", "--device", "cuda"], "--quantize 'int8' with --device cuda: use --quantize none"),
     (["--ct2", "x", "--device", "cuda:0"], "--ct2 runs CTranslate2 on the CPU; leave out --device cuda:0 or --ct2"),
+    (["--ct2", "x", "--precision", "bf16"], "--precision bf16 is not available with --ct2 (it decodes in the "
+                                            "export's compute type"),
+    (["--precision", "bf16"], "--precision bf16 decodes on a CUDA GPU only"),
     (["--max-waiting", "0"], "--max-waiting must be >= 1, got 0"),
 ])
 def test_bad_options_are_one_line_errors(translation_run_dir, capsys, extra, words):
