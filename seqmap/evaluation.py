@@ -29,7 +29,7 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
 from seqmap import metrics as mt
-from seqmap.config import DataConfig, DecodeConfig
+from seqmap.config import DataConfig, DecodeConfig, RunConfig
 from seqmap.data.corpus import DataError, filter_pairs, read_lines, read_parallel, read_tsv
 from seqmap.data.graphs import GraphData
 from seqmap.data.images import read_split
@@ -39,6 +39,8 @@ from seqmap.data.pipeline import (
     classification_ids,
     classification_train_rows,
     filtered_lengths,
+    lm_file_text,
+    read_lm_split,
     read_translation_split,
     read_translation_texts,
     truncate_source,
@@ -298,6 +300,32 @@ def evaluate_files(run: LoadedRun, src: str | Path, ref: str | Path, decode: Dec
                           tokenize=tokenize, compare_with=compare_with, tok_refs=tok_refs, translate=translate)
 
 
+def lm_scores(model, stream: list[int], cfg: RunConfig, device) -> dict:
+    """Loss (mean NLL per token) and perplexity of a language model over a token stream (``lm_stream``), in
+    windows of ``data.eval_context`` (else ``data.context``) tokens, as validation and the test score them."""
+    windows = lm_batches(stream, eval_context(cfg.data), cfg.train.batch_size)
+    nll, n = summed_nll(model.eval(), windows, device)
+    if n == 0:
+        raise DataError("the text has no tokens to score; give a non-empty text file")
+    return {"loss": nll / n, "ppl": math.exp(nll / n), "tokens": n}
+
+
+def lm_text(run: LoadedRun, data: str | None, split: str = "test") -> tuple[str, str]:
+    """(text, where it came from) for ``seqmap evaluate`` on a language model: the ``data`` file, else the run's
+    own ``split`` read from its config (as training read it)."""
+    cfg = run.cfg.data
+    if data is not None:
+        return lm_file_text(cfg, data, "--data"), data
+    name = "valid" if split == "val" else split
+    try:
+        text = read_lm_split(cfg, name)
+    except DataError as e:  # moved away since training, or relative to the folder training ran in
+        raise DataError(f"{e}; or give --data TEXT_FILE") from None
+    if not text:
+        raise DataError(f"the run's config names no {name} text (data.{name}); give --data TEXT_FILE")
+    return text, f"its {name} split"
+
+
 def evaluate_test_split(trainer: RunTrainer) -> dict | None:
     """Score the best checkpoint of a finished training run on its test split, and log the result.
 
@@ -323,11 +351,9 @@ def evaluate_test_split(trainer: RunTrainer) -> dict | None:
     best = trainer.load_best()
     step = trainer.state["step"]
     if lm:
-        windows = lm_batches(test, eval_context(cfg.data), cfg.train.batch_size)
-        nll, n = summed_nll(trainer.model.eval(), windows, trainer.device)
-        result = {"loss": nll / n, "ppl": math.exp(nll / n), "tokens": n}
+        result = lm_scores(trainer.model, test, cfg, trainer.device)
         log.metrics("test", step, **result)
-        log.info(f"test ({n} tokens, {best.name}): loss {result['loss']:.4f} ppl {result['ppl']:.2f}")
+        log.info(f"test ({result['tokens']} tokens, {best.name}): loss {result['loss']:.4f} ppl {result['ppl']:.2f}")
         return result
     out = trainer.run_dir / "test.hyp"
     run = LoadedRun(cfg, trainer.model.eval(), data.src_tok, data.tgt_tok, best, trainer.device)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from seqmap.cli.common import UserError, decode_config, load, run_parser
 from seqmap.cli.ct2 import ct2_decoder, refuse_with_ct2
+from seqmap.cli.evaluate_lm import evaluate_lm
 from seqmap.cli.evaluate_tasks import check_out, evaluate_task, refuse_other_tasks_options
 
 
@@ -65,10 +66,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise UserError(f"--ct2 decodes translation runs; {args.run_dir} is data.task={run.cfg.data.task}: "
                         "leave out --ct2")
     refuse_other_tasks_options(run, args)
-    if run.cfg.data.task in ("graph", "speech", "classification", "image"):
-        return evaluate_task(run, args)
-    if run.src_tok is None:
-        raise UserError(f"{args.run_dir} is a language model; evaluate needs a translation run")
+    if run.cfg.data.task != "translation":  # a language model: loss and perplexity of a text
+        return evaluate_lm(run, args) if run.cfg.data.task == "lm" else evaluate_task(run, args)
     if (args.src is None) != (args.ref is None):
         raise UserError("give --src FILE and --ref FILE together, or neither to score the run's own --split "
                         "(default: test)")

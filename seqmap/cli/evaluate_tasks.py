@@ -13,13 +13,15 @@ OPTION_TASKS = {  # evaluate's options (attribute, flag) and the data.task value
     ("tokenize", "--tokenize"): TRANSLATION, ("tok_ref", "--tok-ref"): TRANSLATION,
     ("compare", "--compare"): TRANSLATION, ("lead", "--lead"): TRANSLATION,
     ("baseline_run", "--baseline-run"): TRANSLATION, ("out", "--out"): ("translation", "speech"),
-    ("data", "--data"): ("classification", "image", "graph", "speech"), ("split", "--split"): ("graph", "translation"),
+    ("data", "--data"): ("classification", "image", "graph", "speech", "lm"),
+    ("split", "--split"): ("graph", "translation", "lm"),
     ("confusion", "--confusion"): ("classification", "image", "graph"),
     ("no_baseline", "--no-baseline"): ("classification", "image"),
 }
+# data.task: (one run, runs), as the messages name them
 KINDS = {"translation": ("a translation run", "translation runs"), "classification": ("a classifier", "classifiers"),
          "image": ("an image classifier", "image classifiers"), "graph": ("a graph (GAT) run", "graph runs"),
-         "speech": ("a speech run", "speech runs")}  # data.task: (one run, runs)
+         "speech": ("a speech run", "speech runs"), "lm": ("a language model", "language models")}
 DEFAULTS = {"nbest": 1, "split": "test", "no_baseline": False}
 
 
@@ -27,7 +29,7 @@ def refuse_other_tasks_options(run, args: argparse.Namespace) -> None:
     """One line for the first option given that the evaluation of this run's ``data.task`` would ignore (a
     ``--confusion`` for a translation run drew nothing, a ``--src`` for a classifier read nothing)."""
     task = run.cfg.data.task
-    if task not in KINDS:  # a language model: evaluate says what it takes
+    if task not in KINDS:  # a task this table does not know yet
         return
     if args.overrides and task not in ("translation", "speech"):  # nothing is decoded
         flag = args.overrides[0].split("=")[0]

@@ -197,24 +197,52 @@ def _file_pairs(cfg: DataConfig, noun: str = "pairs") -> dict[str, Pairs]:
 def read_lm_texts(cfg: DataConfig) -> dict[str, str]:
     """The train/valid/test text of a language-modelling corpus (test may be empty)."""
     if cfg.dataset is not None:
-        if cfg.dataset != "tinyshakespeare":
-            raise DataError(f"data.dataset={cfg.dataset!r} is not a language-modelling corpus that ships with "
-                            "seqmap; use tinyshakespeare, or give data.train / data.valid text files")
-        splits = datasets.tinyshakespeare_splits()
-        return {"train": splits.train, "valid": splits.valid, "test": ""}
-    lines: dict[str, list[str]] = {}
-    for split in ("train", "valid", "test"):
-        path = getattr(cfg, split)
-        if split == "valid" and path is None and holds_out(cfg):
-            lines["train"], lines["valid"] = hold_out(lines["train"], cfg, "lines", f"data.train ({cfg.train})")
-        elif path is None and split != "test":
-            hold = ", or data.valid_size to hold out the last N training lines" if split == "valid" else ""
-            raise DataError(f"no {split} text for the language model: set data.{split} to a text file{hold}")
-        else:
-            lines[split] = [] if path is None else read_lines(path, f"data.{split}")
-    out = {k: "\n".join(v) + "\n" if v else "" for k, v in lines.items()}
+        return _bundled_lm_texts(cfg)
+    lines = {"train": _lm_lines(cfg, "train")}
+    if holds_out(cfg):
+        lines["train"], lines["valid"] = hold_out(lines["train"], cfg, "lines", f"data.train ({cfg.train})")
+    else:
+        lines["valid"] = _lm_lines(cfg, "valid")
+    lines["test"] = _lm_lines(cfg, "test")
+    return {k: _lm_text(cfg, v) for k, v in lines.items()}
+
+
+def read_lm_split(cfg: DataConfig, split: str) -> str:
+    """One split ("train", "valid" or "test") of ``read_lm_texts``, reading only that split's file (and
+    ``data.train`` for a ``data.valid_size`` hold-out): ``seqmap evaluate`` scores a split after training."""
+    if cfg.dataset is not None:
+        return _bundled_lm_texts(cfg)[split]
+    if split != "test" and holds_out(cfg):
+        train, valid = hold_out(_lm_lines(cfg, "train"), cfg, "lines", f"data.train ({cfg.train})")
+        return _lm_text(cfg, valid if split == "valid" else train)
+    return _lm_text(cfg, _lm_lines(cfg, split))
+
+
+def lm_file_text(cfg: DataConfig, path: str | Path, where: str) -> str:
+    """A text file read as a language model's split is (lines joined by newlines, normalized as training)."""
+    return _lm_text(cfg, read_lines(path, where))
+
+
+def _bundled_lm_texts(cfg: DataConfig) -> dict[str, str]:
+    if cfg.dataset != "tinyshakespeare":
+        raise DataError(f"data.dataset={cfg.dataset!r} is not a language-modelling corpus that ships with "
+                        "seqmap; use tinyshakespeare, or give data.train / data.valid text files")
+    splits = datasets.tinyshakespeare_splits()
+    return {"train": splits.train, "valid": splits.valid, "test": ""}
+
+
+def _lm_lines(cfg: DataConfig, split: str) -> list[str]:
+    path = getattr(cfg, split)
+    if path is None and split != "test":
+        hold = ", or data.valid_size to hold out the last N training lines" if split == "valid" else ""
+        raise DataError(f"no {split} text for the language model: set data.{split} to a text file{hold}")
+    return [] if path is None else read_lines(path, f"data.{split}")
+
+
+def _lm_text(cfg: DataConfig, lines: list[str]) -> str:
+    text = "\n".join(lines) + "\n" if lines else ""
     norm = normalizer_for(cfg)
-    return out if norm.identity else {k: norm(v) for k, v in out.items()}
+    return text if norm.identity else norm(text)
 
 
 # -- tokenizers -----------------------------------------------------------------------
@@ -433,16 +461,20 @@ def load_graph(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = prin
     return GraphData(g)
 
 
-def _stream(text: str, tok: Tokenizer, name: str, cache: Path) -> list[int]:
+def lm_stream(text: str, tok: Tokenizer, name: str = "text", cache: Path | None = None) -> list[int]:
+    """A language model's token stream of ``text``: a character LM reads newlines as characters, the others
+    encode each line and end it with EOS. Cached in ``cache`` (a run's ``cache/``) when given."""
     if not text:
         return []
+    encode = ((lambda texts: [tok.encode(t) for t in texts]) if cache is None
+              else (lambda texts: cached_encode(texts, tok, cache, name=name)))
     if tok.kind == "char":
-        (ids,) = cached_encode([text], tok, cache, name=name)
+        (ids,) = encode([text])
         return list(ids)
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return [i for line in cached_encode(lines, tok, cache, name=name) for i in (*line, EOS)]
+    return [i for line in encode(lines) for i in (*line, EOS)]
 
 
 def load_lm(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> LMData:
@@ -454,7 +486,7 @@ def load_lm(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) 
     if tok is None:
         raise DataError("data.joint_vocab=false has no meaning for a language model; remove it")
     cache = run_dir / "cache"
-    data = LMData(tok, *(_stream(texts[s], tok, s, cache) for s in ("train", "valid", "test")))
+    data = LMData(tok, *(lm_stream(texts[s], tok, s, cache) for s in ("train", "valid", "test")))
     log(f"lm data: {len(data.train)} train / {len(data.valid)} valid / {len(data.test)} test tokens")
     if len(data.valid) < 2:
         raise DataError("the validation text is empty; set data.valid to a non-empty text file")

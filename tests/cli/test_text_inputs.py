@@ -213,8 +213,8 @@ def test_sentences_that_look_like_options_follow_a_double_dash(translation_ckpt,
 def test_evaluate_needs_a_translation_run_and_both_files(translation_ckpt, lm_ckpt, tmp_path, capsys):
     (tmp_path / "a.txt").write_text("the cat\n")
     assert main(["evaluate", str(lm_ckpt), "--src", str(tmp_path / "a.txt"), "--ref", str(tmp_path / "a.txt")]) == 2
-    assert capsys.readouterr().err == (f"seqmap: error: {lm_ckpt} is a language model; evaluate needs a translation "
-                                       "run\n")
+    assert capsys.readouterr().err == (f"seqmap: error: --src is for translation runs; {lm_ckpt} is a language "
+                                       "model: leave out --src\n")
     assert main(["evaluate", str(translation_ckpt), "--src", str(tmp_path / "a.txt")]) == 2
     assert capsys.readouterr().err == ("seqmap: error: give --src FILE and --ref FILE together, or neither to score "
                                        "the run's own --split (default: test)\n")

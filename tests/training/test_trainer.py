@@ -398,6 +398,20 @@ def test_language_model_trains_and_generates(tmp_path, capsys):
                  "--seed", "1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("to be") and len(out.strip()) > len("to be")
+    # seqmap evaluate scores the same text later: its own test split, a --data file, its validation split
+    ppl = f"perplexity = {result['test']['ppl']:.2f}   ({result['test']['tokens']} tokens of "
+    assert main(["evaluate", str(tmp_path / "lm")]) == 0
+    assert capsys.readouterr().out == (f"loss = {result['test']['loss']:.4f}   {ppl}its test split, windows of 32)\n")
+    assert main(["evaluate", str(tmp_path / "lm"), "--data", str(tmp_path / "valid.txt")]) == 0
+    assert f"{ppl}{tmp_path / 'valid.txt'}, windows of 32)" in capsys.readouterr().out
+    assert main(["evaluate", str(tmp_path / "lm"), "--split", "val"]) == 0
+    assert f"perplexity = {valid['ppl']:.2f}   (" in capsys.readouterr().out
+    assert main(["evaluate", str(tmp_path / "lm"), "--src", "x.txt"]) == 2
+    assert capsys.readouterr().err == (f"seqmap: error: --src is for translation runs; {tmp_path / 'lm'} is a language "
+                                       "model: leave out --src\n")
+    (tmp_path / "empty.txt").write_text("")
+    assert main(["evaluate", str(tmp_path / "lm"), "--data", str(tmp_path / "empty.txt")]) == 2
+    assert "empty.txt: the file is empty" in capsys.readouterr().err
 
 
 def test_translate_with_beam_nbest_prefix_and_alignment(trained_run, corpus, tmp_path, capsys):
