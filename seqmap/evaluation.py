@@ -272,14 +272,8 @@ def split_texts(run: LoadedRun, split: str = "test") -> tuple[list[str], list[st
     empty and over-long pairs dropped, as ``seqmap train`` logged. A DataError says when the config names no
     such data."""
     cfg = run.cfg.data
-    name = "valid" if split == "val" else split
-    try:
-        pairs = read_translation_split(cfg, name)
-    except DataError as e:  # moved away since training, or relative to the folder training ran in
-        raise DataError(f"{e}; or give --src FILE and --ref FILE") from None
-    if not pairs:
-        raise DataError(f"the run's config names no {name} data (data.{name} or data.{name}_src and "
-                        f"data.{name}_tgt); give --src FILE and --ref FILE")
+    name, pairs = _own_split(read_translation_split, cfg, split, "data", "data.{} or data.{}_src and data.{}_tgt",
+                             "give --src FILE and --ref FILE")
     if name != "test":  # as load_translation filtered them (the test split is scored whole)
         read = len(pairs)
         pairs = filter_pairs(pairs, cfg.max_len, lengths=lambda s, t: filtered_lengths(
@@ -316,14 +310,21 @@ def lm_text(run: LoadedRun, data: str | None, split: str = "test") -> tuple[str,
     cfg = run.cfg.data
     if data is not None:
         return lm_file_text(cfg, data, "--data"), data
+    name, text = _own_split(read_lm_split, cfg, split, "text", "data.{}", "give --data TEXT_FILE")
+    return text, f"its {name} split"
+
+
+def _own_split(read, cfg: DataConfig, split: str, noun: str, keys: str, fix: str):
+    """(the split's name in the config, what ``read(cfg, name)`` found) for ``--split`` ("val" is "valid"); a
+    DataError that ends with ``fix`` when the config names none or its files cannot be read."""
     name = "valid" if split == "val" else split
     try:
-        text = read_lm_split(cfg, name)
+        found = read(cfg, name)
     except DataError as e:  # moved away since training, or relative to the folder training ran in
-        raise DataError(f"{e}; or give --data TEXT_FILE") from None
-    if not text:
-        raise DataError(f"the run's config names no {name} text (data.{name}); give --data TEXT_FILE")
-    return text, f"its {name} split"
+        raise DataError(f"{e}; or {fix}") from None
+    if not found:
+        raise DataError(f"the run's config names no {name} {noun} ({keys.format(name, name, name)}); {fix}")
+    return name, found
 
 
 def evaluate_test_split(trainer: RunTrainer) -> dict | None:
