@@ -36,7 +36,8 @@ def add_parser(commands) -> None:
                     "  last layer's class-token attention over the image.\n"
                     "attention RUN_DIR --node ID: a graph run (model.family gat): the node's attention over\n"
                     "  its neighbours, a panel per layer (--layer), mean of heads unless --head N.\n"
-                    "curves RUN_DIR: training and validation curves from metrics.jsonl.\n"
+                    "curves RUN_DIR: training and validation curves from metrics.jsonl (loss, lr, perplexity,\n"
+                    "  and what validation scored: BLEU/chrF, WER and string accuracy, or accuracy/macro-F1).\n"
                     "positional: the sinusoidal encoding and the RoPE rotation for a width.\n"
                     "The format follows --out's suffix: .png or .svg.",
         epilog="examples:\n  seqmap plot attention runs/en-zh --text \"I love machine learning.\" --out attn.png\n"

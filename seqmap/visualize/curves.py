@@ -1,4 +1,4 @@
-"""Training curves from a run's ``metrics.jsonl``: loss, learning rate, perplexity, BLEU/chrF against step.
+"""Training curves from a run's ``metrics.jsonl``: loss, learning rate, perplexity and validation scores by step.
 
     plot_curves("runs/de_en", "curves.png")         # a run directory (or the metrics.jsonl itself)
     plot_curves(read_metrics(run_dir), "curves.svg")  # rows already read
@@ -6,10 +6,13 @@
 One figure, one panel per quantity, sharing the step axis; a panel appears only
 when some row has its values:
 
-    loss         train loss (as optimised: label smoothing included) and valid loss (NLL)
-    lr           learning rate of the train rows
-    perplexity   train and valid perplexity (log scale)
-    BLEU / chrF  valid scores, when validation decoded
+    loss                     train loss (as optimised: label smoothing included) and valid loss (NLL)
+    learning rate            learning rate of the train rows
+    perplexity               train and valid perplexity (log scale)
+    BLEU / chrF              valid scores, when validation decoded (translation)
+    WER (%)                  valid word (digit) error rate (speech)
+    string accuracy (%)      valid share of transcripts equal to their reference (speech)
+    accuracy / macro-F1 (%)  valid accuracy and macro-F1 (text, image and graph classifiers)
 
 Test rows show as stars at the step they were taken. A resumed run logs some
 steps twice; the last row of a (kind, step) wins. Missing values (a non-finite
@@ -39,8 +42,13 @@ PANELS = {
     "learning rate": [("train", "lr", "learning rate")],
     "perplexity": [("train", "ppl", "train ppl"), ("valid", "ppl", "valid ppl")],
     "BLEU / chrF": [("valid", "bleu", "valid BLEU"), ("valid", "chrf", "valid chrF")],
+    "WER (%)": [("valid", "wer", "valid WER")],
+    "string accuracy (%)": [("valid", "string_accuracy", "valid string accuracy")],
+    "accuracy / macro-F1 (%)": [("valid", "accuracy", "valid accuracy"), ("valid", "macro_f1", "valid macro-F1")],
 }
 LOG_SCALE = {"perplexity"}
+TEST_NAMES = {"bleu": "BLEU", "chrf": "chrF", "wer": "WER", "string_accuracy": "string accuracy",
+              "macro_f1": "macro-F1"}  # key -> name of its test star (others: the key)
 
 
 def read_rows(source: str | Path) -> list[dict]:
@@ -119,7 +127,8 @@ def plot_curves(source: str | Path | Sequence[dict], path: str | Path, *, title:
         if lines:
             panels[panel] = lines
     if not panels:
-        raise ValueError(f"{name}: no train or valid rows with loss, lr, ppl, bleu or chrf to plot")
+        keys = list(dict.fromkeys(key for wanted in PANELS.values() for _, key, _ in wanted))
+        raise ValueError(f"{name}: no train or valid rows with {', '.join(keys[:-1])} or {keys[-1]} to plot")
     width, height, dpi = curves_figure_size(len(panels))
     fig = Figure(figsize=(width, height), dpi=dpi, layout="constrained")
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
@@ -146,5 +155,5 @@ def _test_points(ax, rows: Sequence[dict], wanted: list[tuple[str, str, str]]) -
     for key in dict.fromkeys(key for _, key, _ in wanted):
         steps, values = series(rows, "test", key)
         if len(steps):
-            name = "test " + {"bleu": "BLEU", "chrf": "chrF"}.get(key, key)
+            name = "test " + TEST_NAMES.get(key, key)
             ax.plot(steps, values, linestyle="none", marker="*", markersize=9, label=name)

@@ -392,6 +392,60 @@ def test_curves_without_validation_and_from_rows(tmp_path):
     np.testing.assert_allclose(losses, [r["loss"] for r in rows])
 
 
+def task_rows(scores: dict[str, float], test: bool = True) -> list[dict]:
+    """Train rows as every task logs them, valid rows with loss and ``scores`` (rising with the step), a test row."""
+    rows = [{"kind": "train", "step": step, "loss": 2.0, "nll": 2.0, "ppl": math.exp(2.0), "lr": 1e-3}
+            for step in (10, 20, 30, 40)]
+    for step in (20, 40):
+        rows.append({"kind": "valid", "step": step, "loss": 2.1, **{k: v + step for k, v in scores.items()},
+                     "train_minutes": 0.5})
+    if test:
+        rows.append({"kind": "test", "step": 40, "loss": 2.2, **scores})
+    return rows
+
+
+def drawn(ax) -> dict[str, tuple[list, list]]:
+    """The lines of a curves panel by legend label: (steps, values)."""
+    return {line.get_label(): tuple(np.asarray(data).tolist() for data in line.get_data()) for line in ax.lines}
+
+
+def test_curves_of_a_speech_run_draw_wer_and_string_accuracy(tmp_path):
+    # what validate() logs for data.task=speech: loss, ppl, tokens, wer, string_accuracy; the test row has them too
+    rows = task_rows({"ppl": 8.0, "tokens": 300, "wer": 10.0, "string_accuracy": 50.0})
+    fig = plot_curves(write_metrics(tmp_path / "asr", rows), tmp_path / "c.svg")
+    assert [ax.get_ylabel() for ax in fig.axes] == ["loss", "learning rate", "perplexity", "WER (%)",
+                                                    "string accuracy (%)"]
+    wer, acc = drawn(fig.axes[3]), drawn(fig.axes[4])
+    assert wer == {"valid WER": ([20.0, 40.0], [30.0, 50.0]), "test WER": ([40.0], [10.0])}
+    assert acc == {"valid string accuracy": ([20.0, 40.0], [70.0, 90.0]), "test string accuracy": ([40.0], [50.0])}
+    assert [t.get_text() for t in fig.axes[3].get_legend().get_texts()] == ["valid WER", "test WER"]
+    assert fig.axes[-1].get_xlabel() == "step"
+
+
+def test_curves_of_a_classifier_draw_accuracy_and_macro_f1(tmp_path):
+    # classification_scores(): loss, accuracy, macro_f1, examples, for text, image and graph runs alike
+    rows = task_rows({"accuracy": 50.0, "macro_f1": 40.0, "examples": 100})
+    fig = plot_curves(rows, tmp_path / "c.png")
+    assert [ax.get_ylabel() for ax in fig.axes] == ["loss", "learning rate", "perplexity", "accuracy / macro-F1 (%)"]
+    assert drawn(fig.axes[3]) == {"valid accuracy": ([20.0, 40.0], [70.0, 90.0]),
+                                  "valid macro-F1": ([20.0, 40.0], [60.0, 80.0]),
+                                  "test accuracy": ([40.0], [50.0]), "test macro-F1": ([40.0], [40.0])}
+
+
+@pytest.mark.parametrize("scores", [{"wer": 10.0, "string_accuracy": 50.0}, {"accuracy": 50.0, "macro_f1": 40.0}])
+def test_curves_before_the_first_validation_draw_the_train_rows(tmp_path, scores):
+    rows = [row for row in task_rows(scores, test=False) if row["kind"] == "train"]
+    fig = plot_curves(write_metrics(tmp_path / "run", rows), tmp_path / "c.png")
+    assert [ax.get_ylabel() for ax in fig.axes] == ["loss", "learning rate", "perplexity"]
+    assert drawn(fig.axes[0]) == {"train loss": ([10.0, 20.0, 30.0, 40.0], [2.0] * 4)}
+
+
+def test_curves_of_a_translation_run_draw_no_speech_or_classifier_panel(tmp_path):
+    fig = plot_curves(metrics_rows(), tmp_path / "c.png")
+    assert [ax.get_ylabel() for ax in fig.axes] == ["loss", "learning rate", "perplexity", "BLEU / chrF"]
+    assert set(drawn(fig.axes[3])) == {"valid BLEU", "valid chrF", "test BLEU", "test chrF"}
+
+
 def test_curves_read_the_metrics_file_robustly(tmp_path):
     rows = metrics_rows() + [{"kind": "train", "step": 1, "loss": 9.0, "ppl": None, "lr": 0.0}]  # resumed: step 1 again
     run_dir = write_metrics(tmp_path / "run", rows, tail='{"kind": "train", "st')  # killed mid-write
@@ -416,6 +470,8 @@ def test_curves_errors_name_the_file(tmp_path):
     test_only = write_metrics(tmp_path / "test_only", [{"kind": "test", "step": 5, "bleu": 3.0}])
     with pytest.raises(ValueError, match="no train or valid rows"):
         plot_curves(test_only, tmp_path / "c.png")
+    with pytest.raises(ValueError, match="no train or valid rows with .*wer.*accuracy"):  # names what it draws
+        plot_curves([{"kind": "valid", "step": 5, "examples": 3}], tmp_path / "c.png")
     with pytest.raises(ValueError, match="no metrics rows"):
         plot_curves([], tmp_path / "c.png")
     assert not list(tmp_path.glob("c.*"))
