@@ -19,7 +19,6 @@ within a sentence.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -301,7 +300,7 @@ def lm_scores(model, stream: list[int], cfg: RunConfig, device) -> dict:
     nll, n = summed_nll(model.eval(), windows, device)
     if n == 0:
         raise DataError("the text has no tokens to score; give a non-empty text file")
-    return {"loss": nll / n, "ppl": math.exp(nll / n), "tokens": n}
+    return {"loss": nll / n, "ppl": mt.perplexity(nll, n), "tokens": n}
 
 
 def lm_text(run: LoadedRun, data: str | None, split: str = "test") -> tuple[str, str]:

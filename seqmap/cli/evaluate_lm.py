@@ -12,6 +12,7 @@ def evaluate_lm(run, args: argparse.Namespace) -> int:
     from seqmap.data.corpus import DataError
     from seqmap.data.pipeline import lm_stream
     from seqmap.evaluation import lm_scores, lm_text
+    from seqmap.training.validate import eval_context
 
     if args.data is not None and args.split != "test":
         raise UserError(f"--split {args.split} scores the run's own text; leave it out with --data")
@@ -21,5 +22,5 @@ def evaluate_lm(run, args: argparse.Namespace) -> int:
     except DataError as e:
         raise UserError(str(e)) from None
     print(f"loss = {result['loss']:.4f}   perplexity = {result['ppl']:.2f}   ({result['tokens']} tokens of {where}, "
-          f"windows of {run.cfg.data.eval_context or run.cfg.data.context})")
+          f"windows of {eval_context(run.cfg.data)})")
     return 0
