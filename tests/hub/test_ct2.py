@@ -16,12 +16,15 @@ from seqmap.config import DecodeConfig  # noqa: E402
 from seqmap.decoding.text import generate_nbest, lm_prompt, translate_ids, translate_nbest  # noqa: E402
 from seqmap.hub import HubError, import_hf  # noqa: E402
 from seqmap.hub.ct2 import (  # noqa: E402
+    SOURCE_RECORD,
+    Int8DriftWarning,
     check_export,
     export_ct2,
     export_positions,
     generate_ct2_nbest,
     load_generator,
     load_translator,
+    open_export,
     translate_ct2,
     translate_ct2_nbest,
 )
@@ -159,6 +162,38 @@ def test_nbest_lists_and_scores_are_as_seqmap_defines_them(tmp_path):
         translate_ct2_nbest(translator, run.src_tok, run.tgt_tok, sources, DecodeConfig(beam_size=2), n_best=3)
 
 
+def test_int8_never_decides_whether_an_export_is_the_runs(tmp_path, monkeypatch):
+    """int8 kernels round differently on each ISA, so identity comes from the export's record of its checkpoint
+    (or, without one, from a float32 probe); int8's drift is a warning, never a refusal."""
+    import seqmap.hub.ct2 as ct2
+
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    run = _trained(tmp_path / "a")
+    other = _trained(tmp_path / "b", activation="relu")
+    export_ct2(run, tmp_path / "ct2")
+    weights = {name: value.clone() for name, value in run.model.state_dict().items()}
+    export_ct2(run, tmp_path / "ct2-int8", quantization="int8")
+    assert all(torch.equal(value, weights[name]) for name, value in run.model.state_dict().items())  # untouched
+    for path in ("ct2", "ct2-int8"):
+        translator = open_export(tmp_path / path, run, threads=1, int8=True)
+        assert "int8" in translator.compute_type
+        with pytest.raises(HubError, match="written from another checkpoint"):
+            open_export(tmp_path / path, other, threads=1, int8=True)
+    monkeypatch.setattr(ct2, "probe_difference", lambda *args: 5.0)  # however far int8 moves the scores
+    with pytest.warns(Int8DriftWarning, match=r"int8 moves the log-probabilities of .* by 5 on average"):
+        open_export(tmp_path / "ct2", run, threads=1, int8=True)
+    monkeypatch.undo()
+    (tmp_path / "ct2" / SOURCE_RECORD).unlink()  # no record: the float32 weights are probed, not int8's
+    calls = []
+    probe = ct2.probe_difference
+    monkeypatch.setattr(ct2, "probe_difference", lambda path, model, *rest: calls.append(model.compute_type)
+                        or probe(path, model, *rest))
+    open_export(tmp_path / "ct2", run, threads=1, int8=True)
+    assert calls == ["float32"]
+    with pytest.raises(HubError, match=r"on a probe sentence .* \(at most 0.001 expected\)"):
+        open_export(tmp_path / "ct2", other, threads=1, int8=True)
+
+
 def test_seqmap_translate_decodes_with_an_export(tmp_path, capsys):
     from seqmap.cli import main
 
@@ -280,12 +315,23 @@ def test_another_runs_export_is_refused_in_one_line(tmp_path, capsys):
     export_ct2(run, tmp_path / "ct2")
     translator = load_translator(tmp_path / "ct2", threads=1)
     check_export(tmp_path / "ct2", translator, run)  # its own run: no error
-    with pytest.raises(HubError, match=r"is not an export of .*: on a probe sentence its log-probabilities differ "
-                                       r"from the run's by [0-9.e-]+ on average \(at most 0.001 expected\)"):
+    with pytest.raises(HubError, match=r"is not an export of .*: it was written from another checkpoint \(.*"
+                                       r"step-\d+, weights sha256 [0-9a-f]{12}\.\.\.\)"):
         check_export(tmp_path / "ct2", translator, other)
     assert main(["translate", str(tmp_path / "b" / "run"), "a b", "--ct2", str(tmp_path / "ct2")]) == 2
     err = capsys.readouterr().err
     assert "is not an export of" in err and err.count("\n") == 1
+    record = tmp_path / "ct2" / SOURCE_RECORD
+    kept = record.read_text()
+    record.write_text("{not json")
+    with pytest.raises(HubError, match=r"seqmap_source.json is damaged .*write the export again"):
+        check_export(tmp_path / "ct2", translator, run)
+    record.unlink()  # an export without a record (another converter): the float probe decides
+    check_export(tmp_path / "ct2", translator, run)
+    with pytest.raises(HubError, match=r"is not an export of .*: on a probe sentence its log-probabilities differ "
+                                       r"from the run's by [0-9.e-]+ on average \(at most 0.001 expected\)"):
+        check_export(tmp_path / "ct2", translator, other)
+    record.write_text(kept)
     vocabulary = tmp_path / "ct2" / "shared_vocabulary.json"
     tokens = json.loads(vocabulary.read_text())
     vocabulary.write_text(json.dumps([*tokens[:-1], "zebra"]))  # a token the run's tokenizer does not have

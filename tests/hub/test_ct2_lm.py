@@ -17,6 +17,7 @@ from seqmap.data.tokenizer_base import NEVER_GENERATED  # noqa: E402
 from seqmap.decoding.text import generate_nbest, lm_prompt  # noqa: E402
 from seqmap.hub import HubError  # noqa: E402
 from seqmap.hub.ct2 import (  # noqa: E402
+    SOURCE_RECORD,
     check_export,
     export_ct2,
     export_positions,
@@ -150,8 +151,15 @@ def test_what_an_lm_export_cannot_do_is_refused_in_one_line(tmp_path, capsys):
     run = _trained_lm(tmp_path / "a", positional="rope")
     other = _trained_lm(tmp_path / "b", positional="rope", activation="gelu")  # same shapes, other weights
     export_ct2(run, tmp_path / "ct2")
-    with pytest.raises(HubError, match=r"is not an export of .*: on a probe sentence"):
+    with pytest.raises(HubError, match=r"is not an export of .*: it was written from another checkpoint"):
         open_export(tmp_path / "ct2", other)
+    with pytest.raises(HubError, match=r"is not an export of .*: it was written from another checkpoint"):
+        open_export(tmp_path / "ct2", other, int8=True)
+    open_export(tmp_path / "ct2", run, int8=True)  # int8's rounding, whatever the ISA, is not another run's
+    (tmp_path / "ct2" / SOURCE_RECORD).unlink()  # without the record, a float32 probe tells them apart
+    with pytest.raises(HubError, match=r"is not an export of .*: on a probe sentence"):
+        open_export(tmp_path / "ct2", other, int8=True)
+    open_export(tmp_path / "ct2", run, int8=True)
     generator = open_export(tmp_path / "ct2", run, threads=1)
     tok = run.tgt_tok
     with pytest.raises(HubError, match="no_repeat_ngram is not passed to CTranslate2"):
