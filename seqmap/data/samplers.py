@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -46,8 +47,8 @@ def token_budget_batches(
     epoch: int = 0,
     max_sentences: int | None = None,
     bucket_width: int = 1,
-) -> list[list[int]]:
-    """Cut a dataset into batches of example indices whose padded size fits a token budget.
+) -> list[np.ndarray]:
+    """Cut a dataset into batches of example indices (int64 arrays) whose padded size fits a token budget.
 
     Examples are sorted by length (target length, then source length), then cut
     greedily so that on each side ``len(batch) * (longest in batch + 1) <= max_tokens``;
@@ -91,7 +92,7 @@ def token_budget_batches(
         raise ValueError("lengths must be >= 0")
 
     order = _length_order(src, tgt, shuffle=shuffle, seed=seed, epoch=epoch, bucket_width=bucket_width)
-    batches = _cut(order.tolist(), src.tolist(), tgt.tolist(), max_tokens, max_sentences)
+    batches = _cut(order, src, tgt, max_tokens, max_sentences)
     if shuffle:
         _rng(seed, epoch, "batch-order").shuffle(batches)
     return batches
@@ -112,51 +113,53 @@ def fixed_size_batches(n: int, batch_size: int, *, shuffle: bool, seed: int = 0,
     return [order[i:i + batch_size] for i in range(0, n, batch_size)]
 
 
-def _lengths(lengths: Sequence[int] | Tensor) -> Tensor:
+def _lengths(lengths: Sequence[int] | Tensor | np.ndarray) -> np.ndarray:
     if isinstance(lengths, Tensor):
-        return lengths.detach().to("cpu", torch.long).reshape(-1)
-    return torch.tensor(list(lengths), dtype=torch.long)
+        return lengths.detach().to("cpu", torch.long).reshape(-1).numpy()
+    return np.asarray(lengths, dtype=np.int64).reshape(-1)
 
 
-def _length_order(src: Tensor, tgt: Tensor, *, shuffle: bool, seed: int, epoch: int, bucket_width: int) -> Tensor:
+def _length_order(src: np.ndarray, tgt: np.ndarray, *, shuffle: bool, seed: int, epoch: int,
+                  bucket_width: int) -> np.ndarray:
     """Indices sorted by (target bucket, source bucket, tie-break): successive stable sorts, last key first."""
     n = len(src)
     if shuffle:
         generator = torch.Generator().manual_seed(_rng(seed, epoch, "tie-break").getrandbits(63))
-        order = torch.randperm(n, generator=generator)  # random tie-break
+        order = torch.randperm(n, generator=generator).numpy()  # random tie-break
     else:
-        order = torch.arange(n)  # ties by index
-    for key in (src // bucket_width, tgt // bucket_width):
-        order = order[torch.sort(key[order], stable=True).indices]
-    return order
+        order = np.arange(n)  # ties by index
+    if not n:
+        return order
+    src_key, tgt_key = src // bucket_width, tgt // bucket_width
+    key = tgt_key * (int(src_key.max()) + 1) + src_key  # one stable sort by (target, source) bucket
+    key = key.astype(np.min_scalar_type(int(key.max())))  # 16-bit keys sort by radix
+    return order[np.argsort(key[order], kind="stable")]
 
 
-def _cut(
-    order: list[int], src: list[int], tgt: list[int], max_tokens: int, max_sentences: int | None
-) -> list[list[int]]:
-    """Greedy cut of sorted indices: grow a batch while its padded size fits on both sides."""
+def _cut(order: np.ndarray, src: np.ndarray, tgt: np.ndarray, max_tokens: int,
+         max_sentences: int | None) -> list[np.ndarray]:
+    """Greedy cut of sorted indices: each batch takes as many of the next examples as fit, i.e. while
+    ``len(batch) * (longest in batch + 1) <= max_tokens`` on both sides (planned on the lengths, no per-example
+    Python objects)."""
     extra = SPECIALS_PER_SIDE
-    batches: list[list[int]] = []
-    batch: list[int] = []
-    longest_src = longest_tgt = 0
-    for i in order:
-        width = max(src[i], tgt[i]) + extra
-        if width > max_tokens:
-            raise ValueError(
-                f"example {i} needs {width} tokens (source {src[i]}, target {tgt[i]}, +{extra} for BOS/EOS), "
-                f"more than max_tokens={max_tokens}; raise max_tokens or filter out examples longer than "
-                f"{max_tokens - extra} tokens"
-            )
-        s, t = max(longest_src, src[i] + extra), max(longest_tgt, tgt[i] + extra)
-        full = max_sentences is not None and len(batch) >= max_sentences
-        if batch and (full or (len(batch) + 1) * max(s, t) > max_tokens):
-            batches.append(batch)
-            batch, s, t = [], src[i] + extra, tgt[i] + extra
-        batch.append(i)
-        longest_src, longest_tgt = s, t
-    if batch:
-        batches.append(batch)
-    return batches
+    width = np.maximum(src, tgt)[order] + extra  # the padded width an example needs, in batch order
+    over = np.flatnonzero(width > max_tokens)
+    if over.size:
+        i = int(order[over[0]])
+        raise ValueError(
+            f"example {i} needs {int(width[over[0]])} tokens (source {int(src[i])}, target {int(tgt[i])}, +{extra} "
+            f"for BOS/EOS), more than max_tokens={max_tokens}; raise max_tokens or filter out examples longer than "
+            f"{max_tokens - extra} tokens"
+        )
+    most = max_tokens if max_sentences is None else min(max_tokens, max_sentences)  # width >= 1: never more
+    counts = np.arange(1, most + 1)
+    bounds, start, n = [], 0, len(order)
+    while start < n:
+        window = width[start:start + min(most, max_tokens // int(width[start]))]  # its first bounds its size
+        fits = np.maximum.accumulate(window) * counts[:len(window)] <= max_tokens  # a prefix of True
+        start += int(fits.argmin()) if not fits[-1] else len(window)
+        bounds.append(start)
+    return np.split(order, bounds[:-1]) if n else []
 
 
 def shard(batches: Sequence[list[int]], rank: int, world_size: int, *, drop_remainder: bool = False) -> list[list[int]]:

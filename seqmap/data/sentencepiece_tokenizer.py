@@ -110,6 +110,11 @@ class SentencePieceTokenizer(Tokenizer):
     def _encode(self, text: str) -> list[int]:
         return self._sp.encode(text)
 
+    def encode_batch(self, texts: list[str], threads: int = 1) -> list[list[int]]:
+        if not self.normalizer.identity:
+            texts = [self.normalizer(text) for text in texts]
+        return self._sp.encode(texts, num_threads=threads)
+
     def decode(self, ids: Iterable[int]) -> str:
         # sentencepiece itself renders PAD/BOS/EOS (control pieces) as nothing and UNK as unk_surface
         return self._sp.decode([self._check_id(int(i)) for i in ids])

@@ -48,6 +48,11 @@ class Tokenizer(ABC):
         """Token ids of ``text`` (normalized first); no BOS or EOS is added."""
         return self._encode(self.normalizer(text))
 
+    def encode_batch(self, texts: list[str], threads: int = 1) -> list[list[int]]:
+        """``encode`` of each text; a tokenizer with a threaded encoder (sentencepiece) uses ``threads``."""
+        normalize = self.normalizer
+        return [self._encode(normalize(text)) for text in texts]
+
     def tokens(self, text: str) -> list[str]:
         """The pieces of ``text`` (normalized first), one per id of ``encode(text)``."""
         return self._tokens(self.normalizer(text))

@@ -1,5 +1,6 @@
 """Token-budget and fixed-size index batches, sharding, LM windows and resumable epochs."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -65,15 +66,19 @@ def test_batches_are_length_homogeneous():
     assert bucketed < unsorted / 4
 
 
+def _lists(batches) -> list[list[int]]:
+    return [b.tolist() for b in batches]
+
+
 def test_deterministic_for_seed_and_epoch():
     src, tgt = skewed_lengths()
-    a = token_budget_batches(src, tgt, MAX_TOKENS, shuffle=True, seed=5, epoch=2)
-    assert a == token_budget_batches(src, tgt, MAX_TOKENS, shuffle=True, seed=5, epoch=2)
-    assert a != token_budget_batches(src, tgt, MAX_TOKENS, shuffle=True, seed=5, epoch=3)
-    assert a != token_budget_batches(src, tgt, MAX_TOKENS, shuffle=True, seed=6, epoch=2)
+    a = _lists(token_budget_batches(src, tgt, MAX_TOKENS, shuffle=True, seed=5, epoch=2))
+    assert a == _lists(token_budget_batches(src, tgt, MAX_TOKENS, shuffle=True, seed=5, epoch=2))
+    assert a != _lists(token_budget_batches(src, tgt, MAX_TOKENS, shuffle=True, seed=5, epoch=3))
+    assert a != _lists(token_budget_batches(src, tgt, MAX_TOKENS, shuffle=True, seed=6, epoch=2))
     # evaluation order does not depend on seed or epoch, and runs shortest first
     ev = token_budget_batches(src, tgt, MAX_TOKENS, shuffle=False, seed=5, epoch=2)
-    assert ev == token_budget_batches(src, tgt, MAX_TOKENS, shuffle=False, seed=0, epoch=0)
+    assert _lists(ev) == _lists(token_budget_batches(src, tgt, MAX_TOKENS, shuffle=False, seed=0, epoch=0))
     longest = [max(tgt[i] for i in b) for b in ev]
     assert longest == sorted(longest)
 
@@ -81,8 +86,8 @@ def test_deterministic_for_seed_and_epoch():
 def test_shuffle_changes_batch_order_not_contents():
     # distinct lengths: no ties, so shuffling can only reorder the batches
     lengths = torch.randperm(300, generator=torch.Generator().manual_seed(0)).add(1).tolist()
-    ordered = token_budget_batches(lengths, lengths, 600, shuffle=False)
-    shuffled = token_budget_batches(lengths, lengths, 600, shuffle=True, seed=0, epoch=0)
+    ordered = _lists(token_budget_batches(lengths, lengths, 600, shuffle=False))
+    shuffled = _lists(token_budget_batches(lengths, lengths, 600, shuffle=True, seed=0, epoch=0))
     assert shuffled != ordered
     assert sorted(map(sorted, shuffled)) == sorted(map(sorted, ordered))
 
@@ -94,7 +99,7 @@ def test_ties_are_broken_at_random_but_batch_shapes_stay():
     epochs = [token_budget_batches(lengths, None, 64, shuffle=True, seed=0, epoch=e) for e in range(2)]
     for batches in epochs:
         assert sorted(tuple(sorted(lengths[i] for i in b)) for b in batches) == profile
-    assert sorted(map(sorted, epochs[0])) != sorted(map(sorted, epochs[1]))  # different contents per epoch
+    assert sorted(map(sorted, map(list, epochs[0]))) != sorted(map(sorted, map(list, epochs[1])))  # different contents per epoch
 
 
 def test_max_sentences_and_errors():
@@ -106,6 +111,27 @@ def test_max_sentences_and_errors():
     with pytest.raises(ValueError, match="parallel"):
         token_budget_batches([1, 2], [1], 50, shuffle=False)
     assert token_budget_batches([], None, 50, shuffle=True) == []
+
+
+def test_the_plan_is_the_per_example_greedy_cut():
+    """The vectorized cut equals the greedy rule written per example, on random lengths and budgets."""
+    rng = np.random.default_rng(0)
+    for trial in range(30):
+        n, high = int(rng.integers(1, 400)), int(rng.choice([5, 60, 300]))
+        src, tgt = rng.integers(0, high, n), rng.integers(0, high, n)
+        budget, most = int(rng.choice([320, 700, 4096])), rng.choice([None, 3, 16])
+        for batches in (token_budget_batches(src, tgt, budget, shuffle=False, max_sentences=most),
+                        token_budget_batches(src, tgt, budget, shuffle=False, max_sentences=most, bucket_width=4)):
+            order = np.concatenate(batches)  # unshuffled: the batches in the order they were cut
+            expected, batch = [], []
+            for i in order:  # grow while the padded size fits, else start the next batch
+                longest = max([max(src[j], tgt[j]) + 1 for j in batch + [i]])
+                if batch and ((len(batch) + 1) * longest > budget or (most and len(batch) >= most)):
+                    expected.append(batch)
+                    batch = []
+                batch.append(int(i))
+            expected.append(batch)
+            assert _lists(batches) == expected, trial
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5, 13])

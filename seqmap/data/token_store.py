@@ -1,0 +1,181 @@
+"""Token ids on disk, read through memory maps: a corpus larger than RAM trains with flat memory.
+
+A *store* is one directory holding named columns of token rows (``src`` and ``tgt`` of a parallel corpus,
+``text`` of a language model's stream). Each column is two flat binary files, read with ``numpy.memmap``
+and never copied, so every run and every rank of a distributed run shares the operating system's page
+cache::
+
+    COLUMN.ids      all rows' ids back to back (uint16 when the vocabulary fits, else int32)
+    COLUMN.offsets  int64, rows + 1: row i is ids[offsets[i]:offsets[i + 1]]
+    store.json      the format, the row count, each column's dtype and token count, and what the
+                    store was made from (``identity``: options, tokenizer fingerprint, source files)
+
+A store is written into a temporary directory beside its final name and renamed into place when complete,
+so a crash or a full disk never leaves a half-written store under the final name. Opening checks every
+file's size against ``store.json``: a truncated or damaged file is named, with the command that rebuilds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from seqmap.data.corpus import DataError
+
+FORMAT = 1
+META = "store.json"
+
+
+def ids_dtype(vocab_size: int) -> np.dtype:
+    """The narrowest dtype that holds every id of a vocabulary."""
+    return np.dtype(np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32)
+
+
+class Column:
+    """One column of token rows, memory-mapped: ``len``, ``lengths()`` and ``row(i)`` without reading the rest."""
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray):
+        self.ids, self.offsets = ids, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def lengths(self) -> np.ndarray:
+        """(rows,) int32 token counts."""
+        return np.diff(self.offsets).astype(np.int32)
+
+    def row(self, i: int) -> np.ndarray:
+        """Row ``i``'s ids as int64 (a copy of just that row)."""
+        return self.ids[self.offsets[i]:self.offsets[i + 1]].astype(np.int64)
+
+    def stream(self) -> np.ndarray:
+        """Every id of the column, in order, as one memory-mapped array (a language model's token stream)."""
+        return self.ids
+
+
+class TokenStore:
+    """An opened store: ``columns[name]`` and the ``meta`` it was written with."""
+
+    def __init__(self, path: Path, meta: dict, columns: dict[str, Column]):
+        self.path, self.meta, self.columns = path, meta, columns
+
+    @property
+    def rows(self) -> int:
+        return int(self.meta["rows"])
+
+    @classmethod
+    def open(cls, path: str | Path, rebuild: str) -> TokenStore:
+        """Open the store at ``path``; ``rebuild`` is the command that writes it again (named in errors)."""
+        path = Path(path)
+        try:
+            meta = json.loads((path / META).read_text(encoding="utf-8"))
+            if meta.get("format") != FORMAT:
+                raise DataError(f"{path / META}: format {meta.get('format')!r}, this seqmap reads format {FORMAT}; "
+                                f"delete {path} and rebuild it: {rebuild}")
+            rows, columns = int(meta["rows"]), {}
+            for name, spec in meta["columns"].items():
+                dtype, tokens = np.dtype(spec["dtype"]), int(spec["tokens"])
+                ids_file, offsets_file = path / f"{name}.ids", path / f"{name}.offsets"
+                for file, size in ((ids_file, tokens * dtype.itemsize), (offsets_file, (rows + 1) * 8)):
+                    found = file.stat().st_size if file.is_file() else None
+                    if found != size:
+                        what = "is missing" if found is None else f"has {found} bytes, {size} expected"
+                        raise DataError(f"{file} {what} (a truncated or damaged prepared corpus); delete {path} "
+                                        f"and rebuild it: {rebuild}")
+                ids = np.memmap(ids_file, dtype=dtype, mode="r", shape=(tokens,)) if tokens else \
+                    np.zeros(0, dtype=dtype)
+                offsets = np.memmap(offsets_file, dtype=np.int64, mode="r", shape=(rows + 1,))
+                if offsets[0] != 0 or offsets[-1] != tokens:
+                    raise DataError(f"{offsets_file} does not match {name}.ids (a damaged prepared corpus); delete "
+                                    f"{path} and rebuild it: {rebuild}")
+                columns[name] = Column(ids, offsets)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            if isinstance(err, DataError):
+                raise
+            raise DataError(f"{path / META} cannot be read ({type(err).__name__}: {err}); delete {path} and rebuild "
+                            f"it: {rebuild}") from None
+        return cls(path, meta, columns)
+
+
+class StoreWriter:
+    """Writes a store column by column in chunks, into a temporary directory renamed into place by ``commit``.
+
+    Use as a context manager: leaving the block with an error removes the temporary directory."""
+
+    def __init__(self, final: Path, columns: dict[str, int], identity: dict):
+        """``columns``: name -> vocabulary size (which sets the dtype); ``identity``: what the store is made from."""
+        self.final = Path(final)
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(dir=self.final.parent, prefix=f".{self.final.name}-", suffix=".tmp"))
+        self.identity = identity
+        self.dtypes = {name: ids_dtype(vocab) for name, vocab in columns.items()}
+        self.files = {name: (open(self.tmp / f"{name}.ids", "wb"), open(self.tmp / f"{name}.lengths", "wb"))
+                      for name in columns}
+        self.rows = dict.fromkeys(columns, 0)
+        self.tokens = dict.fromkeys(columns, 0)
+        self.extra: dict = {}
+
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        self._close()
+        if self.tmp.exists():  # not committed: an error (a full disk, Ctrl-C) left it half-written
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def add(self, column: str, rows: Sequence[Sequence[int]]) -> None:
+        """Append ``rows`` (lists of ids) to ``column``."""
+        if not rows:
+            return
+        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        flat = np.fromiter((i for r in rows for i in r), dtype=self.dtypes[column], count=int(lengths.sum()))
+        ids_file, lengths_file = self.files[column]
+        flat.tofile(ids_file)
+        lengths.tofile(lengths_file)
+        self.rows[column] += len(rows)
+        self.tokens[column] += len(flat)
+
+    def _close(self) -> None:
+        for ids_file, lengths_file in self.files.values():
+            ids_file.close()
+            lengths_file.close()
+
+    def commit(self) -> Path:
+        """Finish the offsets and the metadata, then rename the store into its final place."""
+        self._close()
+        counts = set(self.rows.values())
+        if len(counts) > 1:
+            raise AssertionError(f"columns of unequal length: {self.rows}")
+        rows = counts.pop() if counts else 0
+        for name in self.files:
+            lengths = np.fromfile(self.tmp / f"{name}.lengths", dtype=np.int64)
+            offsets = np.zeros(rows + 1, dtype=np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            offsets.tofile(self.tmp / f"{name}.offsets")
+            (self.tmp / f"{name}.lengths").unlink()
+        meta = {"format": FORMAT, "rows": rows, "identity": self.identity, **self.extra,
+                "columns": {name: {"dtype": self.dtypes[name].name, "tokens": self.tokens[name]}
+                            for name in self.files}}
+        (self.tmp / META).write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        if self.final.exists():  # a damaged or stale store of the same name is replaced
+            shutil.rmtree(self.final)
+        os.replace(self.tmp, self.final)
+        return self.final
+
+
+def encode_chunks(texts: Iterable[str], encode_batch, chunk: int = 20_000) -> Iterable[list[list[int]]]:
+    """``encode_batch`` over ``texts`` in chunks of ``chunk`` (a tokenizer's threaded batch encoding)."""
+    batch: list[str] = []
+    for text in texts:
+        batch.append(text)
+        if len(batch) == chunk:
+            yield encode_batch(batch)
+            batch = []
+    if batch:
+        yield encode_batch(batch)
