@@ -242,6 +242,11 @@ class DataConfig:
     byte_fallback: bool = True  # sentencepiece: spell characters outside the vocabulary as UTF-8 bytes (no UNK)
     split_digits: bool = False  # sentencepiece: every digit its own piece
     remove_extra_whitespaces: bool = True  # sentencepiece: strip and collapse spaces (false keeps every space)
+    tokenizer_sample: int = 1_000_000  # bpe/unigram: trained on at most this many sentences per side, a seeded
+    #                                    random sample of a larger training text (0 = every sentence)
+    prepared_dir: str | None = None  # where the encoded training split (memory-mapped token ids) and its
+    #                                  tokenizer are kept; null = RUN_DIR/prepared. Give one directory to many
+    #                                  runs and each reuses a corpus prepared with the same text and tokenizer
     max_len: int = 128  # pairs longer than this (tokens, either side) are filtered and counted
     max_src_len: int = 0  # translation: > 0 truncates every source to its first N tokens (counted in the log;
     #                       every split, evaluate and translate alike) and data.max_len then bounds only the
@@ -294,6 +299,8 @@ class DataConfig:
             _choice("data", "lexicon", self.lexicon, LEXICONS)
         for name in ("vocab_size", "max_len", "context"):
             _positive("data", name, getattr(self, name))
+        if self.tokenizer_sample < 0:
+            raise ConfigError(f"data.tokenizer_sample must be >= 0 (0: every sentence), got {self.tokenizer_sample}")
         if self.max_src_len < 0:
             raise ConfigError(f"data.max_src_len must be >= 0 (0: sources count against data.max_len), "
                               f"got {self.max_src_len}")
@@ -329,7 +336,8 @@ class DataConfig:
 
 # the data options that are file paths: a resumed run may point them elsewhere (the files moved), so checkpoints
 # of one run may differ in them; every other data option stays as the run was trained (resume and average check)
-DATA_PATHS = ("train", "valid", "test", "train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt")
+DATA_PATHS = ("train", "valid", "test", "train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt",
+              "prepared_dir")
 
 
 @dataclass

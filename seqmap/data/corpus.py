@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import itertools
 import os
 import re
 import sys
 import tempfile
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,24 +55,28 @@ def read_lines(path: str | Path, config_key: str | None = None) -> list[str]:
         DataError: the file is missing, not gzip despite ``.gz``, empty, or not UTF-8
             (the message gives the 1-based line number).
     """
+    return list(iter_lines(path, config_key))
+
+
+def iter_lines(path: str | Path, config_key: str | None = None) -> Iterator[str]:
+    """The lines of ``read_lines``, one at a time (a file larger than memory is never held whole)."""
     path = Path(path)
     prefix = f"{config_key}: " if config_key else ""
     if not path.is_file():
         what = "is a directory, not a file" if path.is_dir() else "file not found"
         raise DataError(f"{prefix}{what}: {path} (check the path; relative paths start at {Path.cwd()})")
     opener = gzip.open if path.suffix == ".gz" else open
-    lines = []
+    number = 0
     try:
         with opener(path, "rb") as f:
             for number, raw in enumerate(f, start=1):
-                lines.append(_decode_line(raw, number, path, config_key))
+                yield _decode_line(raw, number, path, config_key)
     except (gzip.BadGzipFile, EOFError, zlib.error) as err:
         raise DataError(f"{_where(config_key, path)}: not a complete gzip file ({err}); "
                         f"decompress it and drop the .gz suffix, or re-compress it") from err
-    if not lines:
+    if not number:
         raise DataError(f"{_where(config_key, path)}: the file is empty; point {config_key or 'the option'} "
                         f"at a file with one sentence per line")
-    return lines
 
 
 def read_stdin() -> list[str]:
@@ -101,12 +106,24 @@ def read_parallel(
     Raises:
         DataError: as ``read_lines``, or the files have different numbers of lines.
     """
-    src, tgt = read_lines(src_path, src_key), read_lines(tgt_path, tgt_key)
-    if len(src) != len(tgt):
-        raise DataError(f"parallel files differ in length: {_where(src_key, Path(src_path))} has {len(src)} lines, "
-                        f"{_where(tgt_key, Path(tgt_path))} has {len(tgt)}; line i of one must translate line i "
-                        f"of the other, so fix the files (a missing or extra line, or a stray newline in a sentence)")
-    return list(zip(src, tgt, strict=True))
+    return list(iter_parallel(src_path, tgt_path, src_key, tgt_key))
+
+
+def iter_parallel(
+    src_path: str | Path, tgt_path: str | Path, src_key: str | None = None, tgt_key: str | None = None
+) -> Iterator[tuple[str, str]]:
+    """The pairs of ``read_parallel``, one at a time."""
+    src, tgt = iter_lines(src_path, src_key), iter_lines(tgt_path, tgt_key)
+    count = 0
+    for count, pair in enumerate(itertools.zip_longest(src, tgt), start=1):
+        if pair[0] is None or pair[1] is None:
+            rest = sum(1 for _ in (tgt if pair[0] is None else src))  # the longer file's remaining lines
+            n_src, n_tgt = (count - 1, count + rest) if pair[0] is None else (count + rest, count - 1)
+            raise DataError(f"parallel files differ in length: {_where(src_key, Path(src_path))} has {n_src} lines, "
+                            f"{_where(tgt_key, Path(tgt_path))} has {n_tgt}; line i of one must translate line i "
+                            f"of the other, so fix the files (a missing or extra line, or a stray newline in a "
+                            f"sentence)")
+        yield pair
 
 
 def read_tsv(
@@ -119,23 +136,28 @@ def read_tsv(
     Raises:
         DataError: as ``read_lines``, or a non-empty line has too few columns.
     """
+    return list(iter_tsv(path, config_key, src_column, tgt_column))
+
+
+def iter_tsv(
+    path: str | Path, config_key: str | None = None, src_column: int = 0, tgt_column: int = 1
+) -> Iterator[tuple[str, str]]:
+    """The pairs of ``read_tsv``, one at a time."""
     path = Path(path)
     if src_column < 0 or tgt_column < 0:
         raise DataError(f"{config_key or 'read_tsv'}: columns count from 0; got src_column={src_column}, "
                         f"tgt_column={tgt_column}")
     need = max(src_column, tgt_column) + 1
-    pairs = []
-    for number, line in enumerate(read_lines(path, config_key), start=1):
+    for number, line in enumerate(iter_lines(path, config_key), start=1):
         if not line:
-            pairs.append(("", ""))
+            yield "", ""
             continue
         columns = line.split("\t")
         if len(columns) < need:
             raise DataError(f"{_where(config_key, path)}: line {number} has {len(columns)} tab-separated "
                             f"column(s), need {need} (src_column={src_column}, tgt_column={tgt_column}); "
                             f"fix the line or choose other columns")
-        pairs.append((columns[src_column], columns[tgt_column]))
-    return pairs
+        yield columns[src_column], columns[tgt_column]
 
 
 @dataclass

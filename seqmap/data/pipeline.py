@@ -19,6 +19,8 @@ resumed run and ``seqmap evaluate`` see the split training saw.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,12 +29,23 @@ from typing import TypeVar
 from seqmap.config import DataConfig, save_config
 from seqmap.data import datasets
 from seqmap.data.audio import SPLITS, Utterances, join, read_recordings, single
-from seqmap.data.corpus import DataError, FilterReport, cached_encode, filter_pairs, read_lines, read_parallel, read_tsv
+from seqmap.data.corpus import (
+    DataError,
+    FilterReport,
+    cached_encode,
+    filter_pairs,
+    iter_parallel,
+    iter_tsv,
+    read_lines,
+    read_parallel,
+    read_tsv,
+)
 from seqmap.data.graphs import GraphData, load_planetoid
 from seqmap.data.images import ImageSet, pixel_stats, read_split
 from seqmap.data.labels import LabelSet
 from seqmap.data.lexicon import lexicon_pairs
 from seqmap.data.normalize import TextNormalizer
+from seqmap.data.prepare import PairRows, Source, filter_store, prepare_pairs
 from seqmap.data.tokenizers import EOS, Tokenizer, load_pair, save_pair, train_pair
 
 Pairs = list[tuple[str, str]]
@@ -43,7 +56,7 @@ T = TypeVar("T")
 class TranslationData:
     src_tok: Tokenizer
     tgt_tok: Tokenizer
-    train: list[tuple[list[int], list[int]]]
+    train: PairRows  # the kept training pairs, read from the prepared corpus's memory map
     valid: list[tuple[list[int], list[int]]]
     valid_text: Pairs  # the kept validation pairs, as text (for BLEU and examples)
     test_text: Pairs
@@ -249,7 +262,7 @@ def _lm_text(cfg: DataConfig, lines: list[str]) -> str:
 
 TOKENIZER_DATA = "tokenizer_data.yaml"  # in RUN_DIR, beside tokenizer/: the data options it was fitted with
 READ_AFTER_FIT = ("max_len", "max_src_len", "context", "eval_context", "augment_shift", "test", "test_src",
-                  "test_tgt")  # data options that the tokenizer and the classes do not depend on
+                  "test_tgt", "prepared_dir")  # data options that the tokenizer and the classes do not depend on
 
 
 def _record_fit(cfg: DataConfig, run_dir: Path) -> None:
@@ -272,6 +285,13 @@ def tokenizers_for(cfg: DataConfig, src_texts: list[str], tgt_texts: list[str],
     directory = run_dir / "tokenizer"
     if (directory / "tokenizer.json").exists() or (directory / "src" / "tokenizer.json").exists():
         return load_pair(directory)
+    return fit_tokenizers(cfg, src_texts, tgt_texts, run_dir, log)
+
+
+def fit_tokenizers(cfg: DataConfig, src_texts: list[str], tgt_texts: list[str], run_dir: Path,
+                   log: Callable[[str], None] = print) -> tuple[Tokenizer, Tokenizer]:
+    """Train the run's tokenizer(s) on these texts and save them in RUN_DIR/tokenizer."""
+    directory = run_dir / "tokenizer"
     # bpe/unigram learn about vocab_size pieces; char/word keep the vocab_size - 4 most frequent (the rest is UNK)
     src, tgt = train_pair(cfg.tokenizer, src_texts, tgt_texts, cfg.vocab_size, joint=cfg.joint_vocab,
                           normalizer=normalizer_for(cfg), **_tokenizer_options(cfg))
@@ -280,6 +300,13 @@ def tokenizers_for(cfg: DataConfig, src_texts: list[str], tgt_texts: list[str],
     log(f"tokenizer: {cfg.tokenizer}, {'joint' if src is tgt else 'separate'} vocabulary "
         f"{src.vocab_size}{'' if src is tgt else ' / ' + str(tgt.vocab_size)}, saved in {directory}")
     return src, tgt
+
+
+def _tokenizer_key(cfg: DataConfig) -> dict:
+    """The options a fitted tokenizer depends on (with the text it is fitted on)."""
+    return {"kind": cfg.tokenizer, "vocab_size": cfg.vocab_size, "joint": cfg.joint_vocab,
+            "sample": cfg.tokenizer_sample, "lowercase": cfg.lowercase, "opencc": cfg.opencc,
+            **_tokenizer_options(cfg)}
 
 
 # -- putting it together ----------------------------------------------------------------
@@ -327,20 +354,58 @@ def _with_lexicon(cfg: DataConfig, train: Pairs, log: Callable[[str], None]) -> 
     return train + extra
 
 
-def load_translation(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> TranslationData:
-    texts = read_translation_texts(cfg)
-    _log_held_out(cfg, len(texts["train"]), "pairs", log)
+def _translation_source(cfg: DataConfig, log: Callable[[str], None]) -> tuple[Source, int, Pairs]:
+    """The training pairs as a stream (files) or a list (a bundled corpus, or with ``data.lexicon``), with the
+    number of last pairs ``prepare_pairs`` holds out for validation and the validation pairs already cut off."""
+    options = {"task": "translation", "tokenizer": _tokenizer_key(cfg), "columns": [cfg.src_column, cfg.tgt_column],
+               "langs": [cfg.src_lang, cfg.tgt_lang], "dataset": cfg.dataset, "lexicon": cfg.lexicon,
+               "valid_size": cfg.valid_size if holds_out(cfg) else 0}
+    if cfg.dataset is None and cfg.lexicon is None:
+        norm = normalizer_for(cfg)
+        files = [Path(cfg.train)] if cfg.train else [Path(cfg.train_src), Path(cfg.train_tgt)]
+        if cfg.train is None and cfg.train_src is None:
+            _split_files(cfg, "train", "pairs")  # raises: no training data
+
+        def pairs():
+            stream = (iter_tsv(cfg.train, "data.train", cfg.src_column, cfg.tgt_column) if cfg.train else
+                      iter_parallel(cfg.train_src, cfg.train_tgt, "data.train_src", "data.train_tgt"))
+            return stream if norm.identity else ((norm(a), norm(b)) for a, b in stream)
+
+        return Source(pairs, files, options), cfg.valid_size if holds_out(cfg) else 0, []
+    texts = read_translation_texts(cfg)  # small: a bundled corpus, or one a lexicon is added to
     texts["train"] = _with_lexicon(cfg, texts["train"], log)
-    src_tok, tgt_tok = tokenizers_for(cfg, [s for s, _ in texts["train"]], [t for _, t in texts["train"]],
-                                      run_dir, log)
-    cache = run_dir / "cache"
-    train, _, train_report = _encode_and_filter("train", texts["train"], src_tok, tgt_tok, cfg, cache, log)
-    valid, valid_text, valid_report = _encode_and_filter("valid", texts["valid"], src_tok, tgt_tok, cfg, cache, log)
+    train = texts["train"]
+    digest = hashlib.sha256(json.dumps(train, ensure_ascii=False).encode()).hexdigest()
+    return Source(lambda: iter(train), [], options, digest), 0, texts["valid"]
+
+
+def load_translation(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> TranslationData:
+    """The training pairs as a memory-mapped prepared corpus (``seqmap.data.prepare``: found or made), filtered on
+    its lengths; the validation pairs encoded and filtered as text; the test pairs as text."""
+    source, valid_size, valid_pairs = _translation_source(cfg, log)
+    prepared = prepare_pairs(cfg, source, run_dir, "translation",
+                             lambda src, tgt: fit_tokenizers(cfg, src, tgt, run_dir, log), log,
+                             valid_size=valid_size, where=_train_source(cfg), record=lambda: _record_fit(cfg, run_dir))
+    src_tok, tgt_tok = prepared.src_tok, prepared.tgt_tok
+    if valid_size:
+        valid_pairs = prepared.held_out
+    elif not valid_pairs:
+        valid_pairs = read_translation_split(cfg, "valid")
+    _log_held_out(cfg, prepared.store.rows, "pairs", log)
+    kept, train_report = filter_store(prepared.store, cfg)
+    train = PairRows(prepared.store, kept, cfg.max_src_len)
+    if cfg.max_src_len > 0:
+        lengths = prepared.store.columns["src"].lengths()[kept]
+        long = lengths[lengths > cfg.max_src_len]
+        log(f"train: {len(long)} of {len(kept)} sources longer than data.max_src_len={cfg.max_src_len} tokens "
+            f"(longest {int(long.max(initial=0))}), truncated to their first {cfg.max_src_len}")
+    valid, valid_text, valid_report = _encode_and_filter("valid", valid_pairs, src_tok, tgt_tok, cfg,
+                                                         run_dir / "cache", log)
     for name, report in (("train", train_report), ("valid", valid_report)):
         log(report.summary(name))
-    if not train:
+    if not len(train):
         raise DataError("no training pairs left after filtering; check the data files and data.max_len")
-    return TranslationData(src_tok, tgt_tok, train, valid, valid_text, texts["test"],
+    return TranslationData(src_tok, tgt_tok, train, valid, valid_text, read_translation_split(cfg, "test"),
                            {"train": train_report, "valid": valid_report})
 
 

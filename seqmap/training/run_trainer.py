@@ -239,8 +239,8 @@ class RunTrainer:
             lambda indices, *_: collate([train[i] for i in indices]))
 
     def _translation_batches(self):
-        train = self.data.train
-        return self._token_batches([len(s) for s, _ in train], [len(t) + 1 for _, t in train], collate_pairs)
+        train = self.data.train  # a PairRows: lengths are arrays, rows are read from the memory map per batch
+        return self._token_batches(train.src_lengths(), train.tgt_lengths() + 1, collate_pairs)
 
     def _classification_batches(self):
         """(token ids, class id) rows; a row's length counts the CLS vector."""
