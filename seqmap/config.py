@@ -96,10 +96,12 @@ class ModelConfig:
     embedding_norm: bool = False  # classifier, vit: a norm over embeddings + positions before the layers (BERT)
     pooler: str = "none"  # classifier, vit: none | tanh (BERT's pooler: Linear D -> D and tanh before the head)
     activation: str = "relu"  # feed-forward non-linearity: relu | gelu | gelu_tanh (GPT-2) | silu (Marian) | swiglu
-    positional: str = "sinusoidal"  # sinusoidal | learned | relative | t5 | rope | alibi | none
+    positional: str = "sinusoidal"  # sinusoidal | learned | relative | relative_cp | t5 | rope | alibi | none
+    #                                 (relative: Shaw's; relative_cp: relative with content-position terms on the
+    #                                 key and value sides, per head, seqmap.nn.positional.RelativeContentPosition)
     max_len: int = 1024  # longest sequence for learned positions (others extrapolate)
     sinusoidal_layout: str = "interleaved"  # sinusoidal: interleaved (sin, cos pairs) | split (sines, then cosines)
-    relative_clip: int = 16  # relative (Shaw): offsets clipped to [-k, k]
+    relative_clip: int = 16  # relative (Shaw), relative_cp: offsets clipped to [-k, k]
     relative_values: bool = False  # relative (Shaw): also add relative embeddings to values
     t5_buckets: int = 32  # t5: relative-position buckets (half exact, half logarithmic)
     t5_max_distance: int = 128  # t5: offsets beyond this share the last bucket
@@ -185,6 +187,13 @@ class ModelConfig:
         if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
             raise ConfigError(f"model.positional=rope needs an even head width d_model / n_heads, got "
                               f"{self.d_model} / {self.n_heads} = {self.d_model // self.n_heads}")
+        if self.positional == "relative_cp" and self.family in ("rnn", "rnn_lm", "gat"):
+            raise ConfigError(f"model.positional=relative_cp acts inside Transformer self-attention, which "
+                              f"model.family={self.family} has none of; remove it, or use model.family transformer, "
+                              "lm, classifier, vit or speech")
+        if self.positional == "relative_cp" and self.relative_values:
+            raise ConfigError("model.relative_values=true is for Shaw's model.positional=relative; relative_cp always "
+                              "has its value side: remove model.relative_values")
         if self.family not in ("lm", "rnn_lm"):
             _positive(s, "enc_layers", self.enc_layers)
         if self.copy and self.family != "transformer":

@@ -190,6 +190,25 @@ def test_every_bad_value_is_repeated_in_its_message(data, message):
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize("family", ["transformer", "lm", "classifier", "vit", "speech", "rnn", "rnn_lm", "gat"])
+def test_relative_cp_is_refused_in_one_line_where_there_is_no_transformer_self_attention(family):
+    if family not in ("rnn", "rnn_lm", "gat"):
+        assert ModelConfig(family=family, positional="relative_cp").positional == "relative_cp"
+        return
+    with pytest.raises(ConfigError) as info:
+        ModelConfig(family=family, positional="relative_cp")
+    assert str(info.value) == (f"model.positional=relative_cp acts inside Transformer self-attention, which "
+                               f"model.family={family} has none of; remove it, or use model.family transformer, "
+                               "lm, classifier, vit or speech")
+
+
+def test_shaws_relative_values_are_refused_beside_relative_cp():
+    with pytest.raises(ConfigError) as info:
+        ModelConfig(positional="relative_cp", relative_values=True)
+    assert str(info.value) == ("model.relative_values=true is for Shaw's model.positional=relative; relative_cp "
+                               "always has its value side: remove model.relative_values")
+
+
 def test_init_names_the_model_option_and_both_values(tmp_path):
     from seqmap.config import load_config_from_init
 

@@ -339,7 +339,8 @@ class MultiHeadAttention(nn.Module):
             mask: boolean, broadcastable to (B, H, T, S) with S the number of keys
                 (cached + new); True = may attend. Usually a (B, 1, 1, S) padding mask.
             causal: forbid attending to later positions.
-            positional: scheme supplying rotations / biases (``seqmap.nn.positional``).
+            positional: scheme supplying rotations / biases (``seqmap.nn.positional``); a scheme that
+                also scores the values (``value_score_bias``) adds a second softmax over the same keys.
             offset: absolute position of x's first token (the cache length when decoding).
                 With ``positions`` it is the slot of x's first token in the cache instead.
             positions: (B, T) each row's own positions of x's tokens, for rows padded on the
@@ -353,7 +354,7 @@ class MultiHeadAttention(nn.Module):
         """
         q, k, v = self.in_proj(x).split((self.d_model, self.kv_width, self.kv_width), dim=-1)
         q, k, v = self._split(q, self.n_heads), self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
-        bias = value_positional = None
+        bias = value_bias = value_positional = None
         positional = positional if positional is not None and positional.in_attention else None
         if positional is not None:
             q_pos = torch.arange(offset, offset + x.size(1), device=x.device)  # (T,) slots
@@ -372,14 +373,18 @@ class MultiHeadAttention(nn.Module):
                 return self.out_proj(self._merge(out)), None
         if positional is not None:
             k_pos = torch.arange(k.size(2), device=x.device)
-            bias = positional.score_bias(q, q_pos, k_pos)
+            bias = positional.score_bias(q, k, q_pos, k_pos)
+            value_bias = positional.value_score_bias(q, v, q_pos, k_pos)
             value_positional = positional if positional.needs_weights else None
-        out, weights = scaled_dot_product_attention(
-            q, k, v, mask, bias,
-            causal=causal,
-            dropout_p=self.dropout if self.training else 0.0,
-            need_weights=need_weights or value_positional is not None,
-        )
+        dropout_p = self.dropout if self.training else 0.0
+        need_weights = need_weights or value_positional is not None
+        out, weights = scaled_dot_product_attention(q, k, v, mask, bias, causal=causal, dropout_p=dropout_p,
+                                                    need_weights=need_weights)
+        if value_bias is not None:  # a second softmax scores the queries against the values: the two are averaged
+            out_v, weights_v = scaled_dot_product_attention(q, v, v, mask, value_bias, causal=causal,
+                                                            dropout_p=dropout_p, need_weights=need_weights)
+            out = (out + out_v) / 2
+            weights = None if weights is None else (weights + weights_v) / 2
         if value_positional is not None:
             out = out + value_positional.value_term(weights, q_pos, k_pos)
         return self.out_proj(self._merge(out)), weights

@@ -1,6 +1,6 @@
 """Positional encodings: how a Transformer knows where a token is.
 
-Every scheme implements the same four hooks, so attention and the layer stacks
+Every scheme implements the same five hooks, so attention and the layer stacks
 never ask which scheme they hold:
 
 - ``embed(x, offset, positions=None)``: absolute schemes add a vector to the token
@@ -8,8 +8,12 @@ never ask which scheme they hold:
   or ``positions`` (B, T) gives every row its own positions.
 - ``rotate(x, pos)``: rotary (RoPE) rotates queries and keys (B, H, T, Dh) at
   positions (T,), or (B, T) per row.
-- ``score_bias(q, q_pos, k_pos)``: relative schemes add a bias to the scaled
-  scores, broadcastable to (B, H, T, S) (ALiBi, T5 buckets, Shaw keys).
+- ``score_bias(q, k, q_pos, k_pos)``: relative schemes add a bias to the scaled
+  scores, broadcastable to (B, H, T, S) (ALiBi, T5 buckets, Shaw keys); k (B, Hkv, S, Dh)
+  are the keys scored, for a term that reads them (content-position terms).
+- ``value_score_bias(q, v, q_pos, k_pos)``: the bias of a second softmax that
+  scores the queries against the values v, whose output attention averages with
+  the first's (content-position terms); None for every other scheme.
 - ``value_term(weights, q_pos, k_pos)``: Shaw et al.'s relative values,
   added to the attention output (B, H, T, Dh); needs the weights.
 
@@ -41,7 +45,10 @@ class PositionalEncoding(nn.Module):
     def rotate(self, x: Tensor, pos: Tensor) -> Tensor:
         return x
 
-    def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        return None
+
+    def value_score_bias(self, q: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
         return None
 
     def value_term(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
@@ -126,7 +133,7 @@ class LearnedPositional(PositionalEncoding):
             raise ValueError(
                 f"learned positions stop at model.max_len={self.max_len}, but position {end - 1} was asked for; "
                 "raise model.max_len or choose a positional scheme that extrapolates "
-                "(sinusoidal, rope, alibi, t5, relative)"
+                "(sinusoidal, rope, alibi, t5, relative, relative_cp)"
             )
         pos = torch.arange(offset, end, device=x.device) if positions is None else positions
         return x + self.table(pos).to(x.dtype)
@@ -135,6 +142,11 @@ class LearnedPositional(PositionalEncoding):
 def relative_offsets(q_pos: Tensor, k_pos: Tensor) -> Tensor:
     """(T, S) offsets j - i of key position j from query position i (positive: the key is later)."""
     return k_pos[None, :] - q_pos[:, None]
+
+
+def clipped_rows(q_pos: Tensor, k_pos: Tensor, clip: int) -> Tensor:
+    """(T, S) table row of each offset j - i clipped to [-clip, clip]: the row in [0, 2 clip]."""
+    return relative_offsets(q_pos, k_pos).clamp(-clip, clip) + clip
 
 
 class RelativePositional(PositionalEncoding):
@@ -165,21 +177,80 @@ class RelativePositional(PositionalEncoding):
                 nn.init.normal_(table.weight, std=_INIT_STD)
         self.needs_weights = values
 
-    def _index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """(T, S) row of each clipped offset in the tables, in [0, 2k]."""
-        return relative_offsets(q_pos, k_pos).clamp(-self.clip, self.clip) + self.clip
-
-    def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         per_offset = torch.matmul(q, self.key_table.weight.to(q.dtype).t()) * q.size(-1) ** -0.5  # (B, H, T, 2k+1)
-        index = self._index(q_pos, k_pos).expand(q.size(0), q.size(1), -1, -1)  # (B, H, T, S)
+        index = clipped_rows(q_pos, k_pos, self.clip).expand(q.size(0), q.size(1), -1, -1)  # (B, H, T, S)
         return per_offset.gather(-1, index)
 
     def value_term(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
         if self.value_table is None:
             return None
-        index = self._index(q_pos, k_pos).expand_as(weights)  # (B, H, T, S)
+        index = clipped_rows(q_pos, k_pos, self.clip).expand_as(weights)  # (B, H, T, S)
         per_offset = weights.new_zeros(*weights.shape[:-1], 2 * self.clip + 1).scatter_add(-1, index, weights)
         return torch.matmul(per_offset, self.value_table.weight.to(weights.dtype))  # (B, H, T, Dh)
+
+
+class _ContentPositionTerms(nn.Module):
+    """One side's learned u, v (2c+1, H, Dh) and b (2c+1, H), a row per clipped offset and head, and the
+    terms they add to that side's logit: q_i . u_r + v_r . k_j + b_r (k_j the keys, or the values)."""
+
+    def __init__(self, offsets: int, n_heads: int, head_dim: int):
+        super().__init__()
+        self.u = nn.Parameter(torch.randn(offsets, n_heads, head_dim) * _INIT_STD)
+        self.v = nn.Parameter(torch.randn(offsets, n_heads, head_dim) * _INIT_STD)
+        self.b = nn.Parameter(torch.randn(offsets, n_heads) * _INIT_STD)
+
+    def forward(self, q: Tensor, k: Tensor, index: Tensor) -> Tensor:
+        """q (B, H, T, Dh), k (B, Hkv, S, Dh), index (T, S) rows in [0, 2c] -> the unscaled terms (B, H, T, S)."""
+        batch, heads = q.size(0), q.size(1)
+        k = k.repeat_interleave(heads // k.size(1), dim=1)  # (B, H, S, Dh): a grouped key head serves its queries
+        rows = index.expand(batch, heads, -1, -1)  # (B, H, T, S)
+        query_term = torch.einsum("bhtd,rhd->bhtr", q, self.u.to(q.dtype)).gather(-1, rows)  # q_i . u_r
+        key_term = torch.einsum("bhsd,rhd->bhrs", k, self.v.to(q.dtype)).gather(-2, rows)  # v_r . k_j
+        return query_term + key_term + self.b.to(q.dtype)[index].permute(2, 0, 1)  # + b_r, (H, T, S)
+
+
+class RelativeContentPosition(PositionalEncoding):
+    """Relative attention with content-position terms, on the key side and on the value side:
+
+        a^K_ij = x_i^T W_Q^T W_K x_j + x_i^T W_Q^T u^K + v^K^T W_K x_j + b^K
+        a^V_ij = x_i^T W_Q^T W_V x_j + x_i^T W_Q^T u^V + v^V^T W_V x_j + b^V
+
+    In the code, per head: q_i = W_Q x_i, k_j = W_K x_j and v_j = W_V x_j are the layer's projections
+    (their biases included); u, v (Dh,) and b (a scalar) are the rows of learned tables at the clipped
+    offset r = clip(j - i, -c, c), c = ``relative_clip`` (``key_terms`` for the K side, ``value_terms``
+    for the V side), one row per head, so the scheme is relative, not a global bias. Only 2c + 1 rows
+    exist, so any length works; as Shaw's, the tables are shared by the layers of a stack. Both logits
+    are scaled by 1/sqrt(Dh), as attention scales q . k:
+
+        a^K_ij = q_i . k_j + q_i . u^K_r + v^K_r . k_j + b^K_r    q . k: attention; the rest: score_bias
+        a^V_ij = q_i . v_j + q_i . u^V_r + v^V_r . v_j + b^V_r    q . v: attention; the rest: value_score_bias
+
+    a^V is a scalar per pair built as a^K is, with W_V x_j in place of W_K x_j: a score, not a vector to
+    add to a value. So it is read as the logit of a second softmax over the same allowed keys, and the
+    output mixes the values with the mean of the two distributions (the weights returned):
+
+        z_i = sum_j (softmax_j(a^K_i.) + softmax_j(a^V_i.)) / 2 * v_j
+
+    A mean of two softmaxes is again an attention: masked keys get exactly zero weight, and z_i is a
+    convex mix of the values whatever the number of keys.
+    """
+
+    in_attention = True
+
+    def __init__(self, n_heads: int, head_dim: int, clip: int = 16):
+        super().__init__()
+        if clip < 0:
+            raise ValueError(f"relative_clip={clip} must be >= 0 (offsets are clipped to [-clip, clip])")
+        self.clip = clip
+        self.key_terms = _ContentPositionTerms(2 * clip + 1, n_heads, head_dim)
+        self.value_terms = _ContentPositionTerms(2 * clip + 1, n_heads, head_dim)
+
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        return self.key_terms(q, k, clipped_rows(q_pos, k_pos, self.clip)) * q.size(-1) ** -0.5
+
+    def value_score_bias(self, q: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        return self.value_terms(q, v, clipped_rows(q_pos, k_pos, self.clip)) * q.size(-1) ** -0.5
 
 
 def t5_buckets(offset: Tensor, num_buckets: int, max_distance: int, bidirectional: bool) -> Tensor:
@@ -229,7 +300,7 @@ class T5RelativeBias(PositionalEncoding):
         self.table = nn.Embedding(num_buckets, n_heads)
         nn.init.normal_(self.table.weight, std=_INIT_STD)
 
-    def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         buckets = t5_buckets(relative_offsets(q_pos, k_pos), self.num_buckets, self.max_distance, self.bidirectional)
         return self.table(buckets).permute(2, 0, 1).unsqueeze(0).to(q.dtype)  # (1, H, T, S)
 
@@ -312,12 +383,12 @@ class ALiBiPositional(PositionalEncoding):
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)  # (H,)
 
-    def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         distance = relative_offsets(q_pos, k_pos).abs().to(self.slopes.dtype)  # (T, S)
         return (-self.slopes[:, None, None] * distance).unsqueeze(0).to(q.dtype)  # (1, H, T, S)
 
 
-POSITIONAL_KINDS = ("sinusoidal", "learned", "relative", "t5", "rope", "alibi", "none")
+POSITIONAL_KINDS = ("sinusoidal", "learned", "relative", "relative_cp", "t5", "rope", "alibi", "none")
 
 
 def build_positional(
@@ -350,6 +421,8 @@ def build_positional(
         return LearnedPositional(max_len, d_model)
     if kind == "relative":
         return RelativePositional(head_dim, relative_clip, values=relative_values)
+    if kind == "relative_cp":
+        return RelativeContentPosition(n_heads, head_dim, relative_clip)
     if kind == "t5":
         return T5RelativeBias(n_heads, t5_buckets, t5_max_distance, bidirectional=not causal)
     if kind == "rope":

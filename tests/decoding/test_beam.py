@@ -29,6 +29,8 @@ V = 8  # small, so random models end hypotheses with EOS at varied lengths
 FAMILIES = {
     "transformer": dict(family="transformer"),
     "lm": dict(family="lm"),
+    "transformer-relative_cp": dict(family="transformer", positional="relative_cp"),  # relative terms over
+    "lm-relative_cp": dict(family="lm", positional="relative_cp"),  # reordered caches
     "rnn-bahdanau": dict(family="rnn", rnn_attention="bahdanau", rnn_cell="lstm"),
     "rnn-none": dict(family="rnn", rnn_attention="none", rnn_cell="gru"),
 }
@@ -73,7 +75,7 @@ def make(name, seed=0, eos_slope=0.8):
 def inputs(name, b=4, s=6, seed=1):
     """(src, src_mask, prompt): padded sources of different lengths; an LM gets prompts instead."""
     g = torch.Generator().manual_seed(seed)
-    if name == "lm":
+    if FAMILIES[name]["family"] == "lm":
         return None, None, torch.randint(3, V, (b, 3), generator=g)
     src = torch.randint(3, V, (b, s), generator=g)
     lengths = torch.tensor([s, s - 2, 3, 1, s, 2][:b])
@@ -410,7 +412,7 @@ def test_scores_come_back_in_the_model_dtype(name):
     assert drawn.scores.dtype == torch.float64
 
 
-@pytest.mark.parametrize("name", [name for name in FAMILIES if name != "lm"])
+@pytest.mark.parametrize("name", [name for name in FAMILIES if FAMILIES[name]["family"] != "lm"])
 @pytest.mark.parametrize("rows", [1, 3])
 def test_an_empty_source_decodes_as_a_source_of_padding_only(name, rows):
     """Sources of length 0 (S = 0: the RNN's packing refused them) decode as rows of padding do, in every family."""

@@ -29,7 +29,8 @@ def decode(model, prompt, **kwargs):
 
 
 @pytest.mark.parametrize("model_cfg", [dict(positional="learned"), dict(positional="alibi"),
-                                       dict(positional="sinusoidal"), dict(family="rnn_lm")])
+                                       dict(positional="sinusoidal"), dict(positional="relative_cp"),
+                                       dict(family="rnn_lm")])
 def test_prompts_of_unequal_length_decode_together_as_each_alone(model_cfg):
     model = make(**model_cfg)
     need_attention = model_cfg.get("family") != "rnn_lm"

@@ -14,7 +14,7 @@ pytest.importorskip("sentencepiece")
 
 from seqmap.config import DecodeConfig  # noqa: E402
 from seqmap.decoding.text import generate_nbest, lm_prompt, translate_ids, translate_nbest  # noqa: E402
-from seqmap.hub import HubError, import_hf  # noqa: E402
+from seqmap.hub import HubError, export_hf, import_hf  # noqa: E402
 from seqmap.hub.ct2 import (  # noqa: E402
     SOURCE_RECORD,
     Int8DriftWarning,
@@ -30,6 +30,7 @@ from seqmap.hub.ct2 import (  # noqa: E402
 )
 from seqmap.runs import load_run  # noqa: E402
 
+from .test_ct2_lm import _trained_lm  # noqa: E402
 from .test_gpt2 import tiny_gpt2  # noqa: E402
 from .test_marian import tiny_marian  # noqa: E402
 from .test_marian_export import _trained  # noqa: E402
@@ -302,6 +303,22 @@ def test_what_ctranslate2_cannot_express_is_refused_in_one_line(tmp_path):
     rope = _trained(tmp_path / "rope", positional="rope")
     with pytest.raises(HubError, match=r"model.positional='rope' \(CTranslate2's encoder-decoder .* no CTranslate2"):
         export_ct2(rope, tmp_path / "ct2")
+
+
+@pytest.mark.parametrize("family", ["transformer", "lm"])
+def test_relative_cp_positions_are_refused_by_every_export_in_one_line(tmp_path, family):
+    """Content-position terms inside attention: CTranslate2, MarianMT and GPT-2 have none. Each export refuses
+    the run in one line naming the option, and writes nothing."""
+    run = (_trained(tmp_path, positional="relative_cp") if family == "transformer"
+           else _trained_lm(tmp_path, positional="relative_cp"))
+    theirs = "MarianMT" if family == "transformer" else "GPT-2"
+    for export, out, message in [
+            (export_ct2, "ct2", r"model.positional='relative_cp' \(CTranslate2's .*\); this model has no CTranslate2 "),
+            (export_hf, "hf", rf"model.positional='relative_cp' \({theirs} has positional .*\); this model has no "
+                              rf"{theirs} equivalent")]:
+        with pytest.raises(HubError, match=message) as error:
+            export(run, tmp_path / out)
+        assert "\n" not in str(error.value) and not (tmp_path / out).exists()
 
 
 def test_another_runs_export_is_refused_in_one_line(tmp_path, capsys):

@@ -5,10 +5,11 @@ import torch
 
 from seqmap.config import ModelConfig
 from seqmap.models.builder import build_classifier
+from seqmap.nn.positional import POSITIONAL_KINDS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-POSITIONALS = ["sinusoidal", "learned", "relative", "t5", "rope", "alibi", "none"]
+POSITIONALS = POSITIONAL_KINDS
 
 
 def tiny(pooling="cls", positional="sinusoidal", n_classes=3, **overrides):

@@ -8,6 +8,7 @@ import torch
 from seqmap.config import ConfigError, ModelConfig
 from seqmap.models.builder import build_model
 from seqmap.nn.patches import PatchEmbedding, patchify, unpatchify
+from seqmap.nn.positional import POSITIONAL_KINDS
 from seqmap.nn.rollout import attention_rollout
 from seqmap.visualize.image_attention import cls_maps
 
@@ -96,7 +97,7 @@ def test_without_pixel_statistics_the_pixels_are_not_normalised():
 
 def test_every_positional_scheme_builds_a_vit():
     images = torch.randint(0, 256, (2, 1, 6, 6), dtype=torch.uint8)
-    for kind in ("sinusoidal", "learned", "relative", "t5", "rope", "alibi", "none"):
+    for kind in POSITIONAL_KINDS:
         assert build_model(_cfg(positional=kind)).eval()(images, None).shape == (2, 3)
 
 

@@ -17,6 +17,7 @@ from seqmap.nn.positional import (
     ALiBiPositional,
     LearnedPositional,
     NoPositional,
+    RelativeContentPosition,
     RelativePositional,
     RotaryPositional,
     SinusoidalPositional,
@@ -147,15 +148,16 @@ def test_rope_rejects_odd_head_width():
 # -- biases: ALiBi, T5, Shaw ------------------------------------------------------------
 @pytest.mark.parametrize("kind,causal,kwargs", [
     ("alibi", True, {}), ("alibi", False, {}), ("t5", True, {}), ("t5", False, {}), ("relative", True, {}),
-], ids=["alibi-causal", "alibi-bidirectional", "t5-unidirectional", "t5-bidirectional", "relative"])
+    ("relative_cp", True, {}),
+], ids=["alibi-causal", "alibi-bidirectional", "t5-unidirectional", "t5-bidirectional", "relative", "relative_cp"])
 def test_bias_depends_only_on_offset(kind, causal, kwargs):
     pe = make(kind, causal=causal, **kwargs)
     t = 24  # past relative_clip=3 and into T5's logarithmic buckets (max_distance=16)
-    q = torch.randn(2, H, 1, DH).expand(-1, -1, t, -1)  # the same query at every position
-    bias = pe.score_bias(q, positions(0, t), positions(0, t)).expand(2, H, t, t)
+    q, k = (torch.randn(2, H, 1, DH).expand(-1, -1, t, -1) for _ in range(2))  # the same query and key everywhere
+    bias = pe.score_bias(q, k, positions(0, t), positions(0, t)).expand(2, H, t, t)
     for c in (1, 5):
         assert torch.allclose(bias[..., c:, c:], bias[..., :-c, :-c])  # bias[i, j] == bias[i + c, j + c]
-    shifted = pe.score_bias(q, positions(1000, t), positions(1000, t)).expand(2, H, t, t)  # far past max_len
+    shifted = pe.score_bias(q, k, positions(1000, t), positions(1000, t)).expand(2, H, t, t)  # far past max_len
     assert torch.allclose(shifted, bias, atol=1e-5)
     assert not torch.allclose(bias[..., -1, :-1], bias[..., -1, -1:])  # the last query tells its keys apart
 
@@ -164,7 +166,7 @@ def test_relative_bias_is_q_dot_clipped_key_embedding_over_sqrt_dh():
     pe = make("relative")
     q = torch.randn(1, H, 5, DH)
     q_pos, k_pos = positions(0, 5), positions(0, 5)
-    bias = pe.score_bias(q, q_pos, k_pos)
+    bias = pe.score_bias(q, None, q_pos, k_pos)
     for i in range(5):
         for j in range(5):
             a = pe.key_table.weight[max(-3, min(3, j - i)) + 3]
@@ -197,7 +199,7 @@ def test_alibi_slopes(n_heads, log2_slopes):
 def test_alibi_bias_is_minus_slope_times_distance():
     pe = ALiBiPositional(8)
     q_pos, k_pos = positions(3, 4), positions(0, 7)
-    bias = pe.score_bias(torch.randn(1, 8, 4, DH), q_pos, k_pos)
+    bias = pe.score_bias(torch.randn(1, 8, 4, DH), None, q_pos, k_pos)
     distance = (q_pos[:, None] - k_pos[None, :]).abs().float()
     assert torch.allclose(bias[0], -alibi_slopes(8)[:, None, None] * distance)
 
@@ -254,8 +256,8 @@ def test_runs_past_the_length_it_was_built_for(kind, kwargs):
     assert out.shape == x.shape and torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("kind,kwargs", [("learned", {}), ("relative", {"relative_values": True}), ("t5", {})],
-                         ids=["learned", "relative_values", "t5"])
+@pytest.mark.parametrize("kind,kwargs", [("learned", {}), ("relative", {"relative_values": True}), ("t5", {}),
+                                         ("relative_cp", {})], ids=["learned", "relative_values", "t5", "relative_cp"])
 def test_gradient_reaches_learned_tables(kind, kwargs):
     pe, mha = make(kind, **kwargs), attention()
     out, _ = mha.self_attention(pe.embed(torch.randn(2, 8, D)), causal=True, positional=pe)
@@ -285,7 +287,8 @@ def test_cached_incremental_attention_equals_full_sequence(kind, kwargs, chunks,
 
 def test_build_positional_builds_every_kind():
     expected = {"sinusoidal": SinusoidalPositional, "learned": LearnedPositional, "relative": RelativePositional,
-                "t5": T5RelativeBias, "rope": RotaryPositional, "alibi": ALiBiPositional, "none": NoPositional}
+                "relative_cp": RelativeContentPosition, "t5": T5RelativeBias, "rope": RotaryPositional,
+                "alibi": ALiBiPositional, "none": NoPositional}
     assert set(expected) == set(POSITIONAL_KINDS)
     for kind, cls in expected.items():
         assert type(make(kind)) is cls
