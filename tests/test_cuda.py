@@ -140,3 +140,11 @@ def test_load_run_on_the_gpu_in_16_bits_translates(tmp_path, capsys):
         assert len(capsys.readouterr().out.splitlines()) == 2
     assert main(["translate", str(ckpt), "the cat", "--device", "cuda", "--quantize", "int8"]) == 2
     assert "CPU only" in capsys.readouterr().err
+
+
+def test_provenance_names_the_gpu_and_a_cpu_run_differs_from_it():
+    from seqmap import provenance
+
+    gpu, cpu = provenance.collect(torch.device("cuda")), provenance.collect(torch.device("cpu"))
+    assert (gpu.device_type, gpu.gpu) == ("cuda", torch.cuda.get_device_name())
+    assert gpu.gpu in gpu.machine() and provenance.differs(gpu, cpu) == ["device_type", "gpu"]

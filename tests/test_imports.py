@@ -16,7 +16,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "seqmap"
 # The layers, lowest first: a module may import from its own layer and the layers before it, never after.
 # A module belongs to the entry that names it or its nearest enclosing package.
 LAYERS: list[tuple[str, ...]] = [
-    ("seqmap", "seqmap.paths"),  # the package docstring (shape legend, mask convention), __version__; output paths
+    ("seqmap", "seqmap.paths", "seqmap.provenance"),  # the package docstring (shape legend, mask convention),
+    #                                                  __version__; output paths; where a run was trained
     ("seqmap.nn",),  # attention and positional primitives, layers
     ("seqmap.data",),  # text, tokenizers, corpora, batches, synthetic tasks
     ("seqmap.config", "seqmap.config_io"),  # typed configs (they check choices against names defined in nn

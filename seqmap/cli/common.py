@@ -74,6 +74,18 @@ def load(args: argparse.Namespace, task: str | tuple[str, ...] | None = None):
     return run
 
 
+def note_where_trained(run) -> None:
+    """One line on stderr when ``run`` was trained on another CPU kind, kernels, torch or device than this machine
+    (its scores may differ in the last digits), or when its provenance file is damaged (``seqmap.provenance``)."""
+    import sys
+
+    from seqmap.provenance import evaluation_note
+
+    note = evaluation_note(run.checkpoint, run.device)
+    if note is not None:
+        print(f"seqmap: {note}", file=sys.stderr)
+
+
 def decode_config(run, args: argparse.Namespace):
     """The run's decode config with ``--decode.KEY VALUE`` overrides; other sections cannot change here."""
     from seqmap.config import DecodeConfig, apply_overrides, from_dict, to_dict

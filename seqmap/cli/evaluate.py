@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from seqmap.cli.common import UserError, decode_config, load, run_parser
+from seqmap.cli.common import UserError, decode_config, load, note_where_trained, run_parser
 from seqmap.cli.ct2 import ct2_decoder, refuse_with_ct2
 from seqmap.cli.evaluate_lm import evaluate_lm
 from seqmap.cli.evaluate_tasks import check_out, evaluate_task, refuse_other_tasks_options
@@ -62,6 +62,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from seqmap.evaluation import evaluate_files, evaluate_pairs, hypotheses_path, rouge_line, split_texts
 
     run = load(args)
+    note_where_trained(run)
     if args.ct2 is not None and run.cfg.data.task != "translation":
         raise UserError(f"--ct2 decodes translation runs; {args.run_dir} is data.task={run.cfg.data.task}: "
                         "leave out --ct2")

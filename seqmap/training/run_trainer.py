@@ -1,6 +1,7 @@
 """Run set-up: ``RunTrainer`` turns one config on real data into a run directory that explains itself.
 
     RUN_DIR/config.yaml         the resolved config (vocabulary sizes filled in)
+    RUN_DIR/provenance.json     where and with what it was trained (``seqmap.provenance``; also train.log's start)
     RUN_DIR/tokenizer/          the tokenizer(s), trained on the training text
     RUN_DIR/tokenizer_data.yaml the data options they were fitted with
     RUN_DIR/cache/              token ids, so a second run does not tokenize again
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 
 from seqmap import metrics as mt
+from seqmap import provenance
 from seqmap.config import HIGHER_IS_BETTER, RunConfig, save_config, to_dict
 from seqmap.data.batching import Batch, collate_images, collate_labels, collate_pairs, collate_speech
 from seqmap.data.images import random_shift
@@ -130,6 +132,8 @@ class RunTrainer:
         if not resume:
             refuse_another_run(cfg, self.run_dir)
         self.log = RunLog(self.run_dir, enabled=self.dist.is_main, stream=stream)
+        if self.dist.is_main:
+            provenance.record_run(self.run_dir, self.device, self.log.info, resume=resume)
         seed_everything(cfg.train.seed)
         init = None if resume else init  # a resumed run continues from its own checkpoint
         if init is not None and self.dist.is_main:

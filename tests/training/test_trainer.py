@@ -91,6 +91,7 @@ def test_run_directory_explains_itself(corpus, tmp_path):
     losses = train_losses(run)
     assert sorted(losses) == list(range(1, 31)) and losses[30] < losses[1]
     assert "source" in (run / "train.log").read_text()  # validation examples are logged
+    assert (run / "provenance.json").is_file()  # where and with what it was trained (tests/test_provenance.py)
     assert result["test"]["sentences"] == 24 and (run / "test.hyp").read_text().count("\n") == 24
     assert "tok:13a" in result["test"]["bleu_signature"]
 
