@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
+
 from seqmap.config import DataConfig, save_config
 from seqmap.data import datasets
 from seqmap.data.audio import SPLITS, Utterances, join, read_recordings, single
@@ -34,6 +36,7 @@ from seqmap.data.corpus import (
     FilterReport,
     cached_encode,
     filter_pairs,
+    iter_lines,
     iter_parallel,
     iter_tsv,
     read_lines,
@@ -45,7 +48,7 @@ from seqmap.data.images import ImageSet, pixel_stats, read_split
 from seqmap.data.labels import LabelSet
 from seqmap.data.lexicon import lexicon_pairs
 from seqmap.data.normalize import TextNormalizer
-from seqmap.data.prepare import PairRows, Source, filter_store, prepare_pairs
+from seqmap.data.prepare import PairRows, Source, encode_blank_empty, filter_store, prepare
 from seqmap.data.tokenizers import EOS, Tokenizer, load_pair, save_pair, train_pair
 
 Pairs = list[tuple[str, str]]
@@ -90,7 +93,7 @@ class ImageData:
 @dataclass
 class LMData:
     tok: Tokenizer
-    train: list[int]
+    train: np.ndarray  # the training token stream, memory-mapped (uint16 or int32)
     valid: list[int]
     test: list[int]
 
@@ -383,9 +386,10 @@ def load_translation(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] 
     """The training pairs as a memory-mapped prepared corpus (``seqmap.data.prepare``: found or made), filtered on
     its lengths; the validation pairs encoded and filtered as text; the test pairs as text."""
     source, valid_size, valid_pairs = _translation_source(cfg, log)
-    prepared = prepare_pairs(cfg, source, run_dir, "translation",
-                             lambda src, tgt: fit_tokenizers(cfg, src, tgt, run_dir, log), log,
-                             valid_size=valid_size, where=_train_source(cfg), record=lambda: _record_fit(cfg, run_dir))
+    columns = {"src": (0, 0, encode_blank_empty), "tgt": (1, 1, encode_blank_empty)}
+    prepared = prepare(cfg, source, run_dir, "translation", columns,
+                       lambda src, tgt: fit_tokenizers(cfg, src, tgt, run_dir, log), log,
+                       valid_size=valid_size, where=_train_source(cfg), record=lambda: _record_fit(cfg, run_dir))
     src_tok, tgt_tok = prepared.src_tok, prepared.tgt_tok
     if valid_size:
         valid_pairs = prepared.held_out
@@ -542,16 +546,62 @@ def lm_stream(text: str, tok: Tokenizer, name: str = "text", cache: Path | None 
     return [i for line in encode(lines) for i in (*line, EOS)]
 
 
+def _lm_source(cfg: DataConfig) -> tuple[Source, int]:
+    """A language model's training text as rows to encode (a line, or for a character LM a line with its newline;
+    a bundled text whole), with the number of last lines held out for validation."""
+    options = {"task": "lm", "tokenizer": _tokenizer_key(cfg), "dataset": cfg.dataset,
+               "valid_size": cfg.valid_size if holds_out(cfg) else 0}
+    char = cfg.tokenizer == "char"
+    if cfg.dataset is not None:
+        text = _bundled_lm_texts(cfg)["train"]
+        rows = [text] if char else _lines_of(text)
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        return Source(lambda: ((row,) for row in rows), [], options, digest), 0
+    if cfg.train is None:
+        _lm_lines(cfg, "train")  # raises: no training text
+    norm = normalizer_for(cfg)
+
+    def rows():
+        for line in iter_lines(cfg.train, "data.train"):
+            line = line if norm.identity else norm(line)
+            yield (line + "\n",) if char else (line,)
+
+    return Source(rows, [Path(cfg.train)], options), cfg.valid_size if holds_out(cfg) else 0
+
+
+def _lines_of(text: str) -> list[str]:
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def lm_rows(tok: Tokenizer, texts: list[str], threads: int) -> list[list[int]]:
+    """A language model's rows of its token stream: a character LM's text as is (newlines are characters), any
+    other's line followed by EOS."""
+    ids = tok.encode_batch(texts, threads)
+    return ids if tok.kind == "char" else [[*row, EOS] for row in ids]
+
+
 def load_lm(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> LMData:
-    texts = read_lm_texts(cfg)
-    _log_held_out(cfg, texts["train"].count("\n"), "lines", log)
-    # a character LM reads newlines as characters, so its vocabulary learns them from the raw text
-    train_texts = [texts["train"]] if cfg.tokenizer == "char" else texts["train"].split("\n")
-    tok, _ = tokenizers_for(cfg, train_texts, train_texts, run_dir, log) if cfg.joint_vocab else (None, None)
-    if tok is None:
+    """The training text as one memory-mapped token stream of a prepared corpus (``seqmap.data.prepare``: found or
+    made); the validation and test texts as token lists."""
+    if not cfg.joint_vocab:
         raise DataError("data.joint_vocab=false has no meaning for a language model; remove it")
+    source, valid_size = _lm_source(cfg)
+    prepared = prepare(cfg, source, run_dir, "lm", {"text": (0, 1, lm_rows)},
+                       lambda lines: fit_tokenizers(cfg, lines, lines, run_dir, log), log, valid_size=valid_size,
+                       noun="lines", where=f"data.train ({cfg.train})", record=lambda: _record_fit(cfg, run_dir))
+    tok = prepared.tgt_tok
+    _log_held_out(cfg, prepared.store.rows, "lines", log)
+    if valid_size:
+        held = [row for (row,) in prepared.held_out]
+        valid = "".join(held) if cfg.tokenizer == "char" else _lm_text(cfg, held)
+    else:
+        valid = read_lm_split(cfg, "valid")
     cache = run_dir / "cache"
-    data = LMData(tok, *(lm_stream(texts[s], tok, s, cache) for s in ("train", "valid", "test")))
+    data = LMData(tok, prepared.store.columns["text"].stream(), lm_stream(valid, tok, "valid", cache),
+                  lm_stream(read_lm_split(cfg, "test"), tok, "test", cache))
     log(f"lm data: {len(data.train)} train / {len(data.valid)} valid / {len(data.test)} test tokens")
     if len(data.valid) < 2:
         raise DataError("the validation text is empty; set data.valid to a non-empty text file")

@@ -98,19 +98,6 @@ class HeldOut:
         self.tail = list(window)
 
 
-def _sample(texts: Iterable[str], k: int) -> list[str]:
-    """Every text when there are at most ``k`` (in order), else a seeded reservoir sample of ``k`` in file order."""
-    rng, kept = random.Random(SAMPLE_SEED), []
-    for n, text in enumerate(texts):
-        if k <= 0 or n < k:
-            kept.append((n, text))
-        else:
-            j = rng.randrange(n + 1)
-            if j < k:
-                kept[j] = (n, text)
-    return [text for _, text in sorted(kept, key=lambda item: item[0])]
-
-
 def _key(kind: str, source: Source, tokenizer: str) -> str:
     parts = {"options": source.options, "tokenizer": tokenizer, "digest": source.digest,
              "files": [(str(p.resolve()), p.stat().st_size) for p in source.files]}
@@ -143,15 +130,18 @@ class Prepared:
     held_out: list
 
 
-def prepare_pairs(cfg: DataConfig, source: Source, run_dir: Path, kind: str,
-                  fit: Callable[[list[str], list[str]], tuple[Tokenizer, Tokenizer]],
-                  log: Callable[[str], None], valid_size: int = 0, noun: str = "pairs", where: str = "",
-                  record: Callable[[], None] = lambda: None) -> Prepared:
-    """The training pairs of ``source`` as a store of ``src`` and ``tgt`` columns, found or made.
+# column name -> (which text of an example it encodes, which tokenizer of the pair, how a chunk is encoded)
+Columns = dict[str, tuple[int, int, Callable[[Tokenizer, list[str], int], list[list[int]]]]]
 
-    ``fit(src_texts, tgt_texts)`` trains and saves the run's tokenizer(s) when RUN_DIR/tokenizer does not exist
-    and no prepared store brings one (``record()`` is called before a store's tokenizer is copied into the run).
-    ``valid_size`` > 0 holds out the last examples (returned as text)."""
+
+def prepare(cfg: DataConfig, source: Source, run_dir: Path, kind: str, columns: Columns,
+            fit: Callable[..., tuple[Tokenizer, Tokenizer]], log: Callable[[str], None], *, valid_size: int = 0,
+            noun: str = "pairs", where: str = "", record: Callable[[], None] = lambda: None) -> Prepared:
+    """The training examples of ``source`` as a store of ``columns``, found or made.
+
+    ``fit(*texts)`` (one list of texts per text of an example) trains and saves the run's tokenizer pair when
+    RUN_DIR/tokenizer does not exist and no prepared store brings one (``record()`` is called before a store's
+    tokenizer is copied into the run). ``valid_size`` > 0 holds out the last examples (returned as text)."""
     tokenizer_dir = run_dir / "tokenizer"
     own = load_pair(tokenizer_dir) if _has_tokenizer(tokenizer_dir) else None
     root = prepared_root(cfg, run_dir)
@@ -169,55 +159,60 @@ def prepare_pairs(cfg: DataConfig, source: Source, run_dir: Path, kind: str,
             record()
             shutil.copytree(path / "tokenizer", tokenizer_dir)
             own = load_pair(tokenizer_dir)
-        log(f"prepared corpus: {path} ({store.rows} {noun}, tokens read from memory-mapped files)")
+        log(f"prepared corpus: {path} ({store.rows} {noun}, read from memory-mapped files)")
         return Prepared(store, *own, [tuple(x) for x in store.meta.get("held_out", [])])
 
-    if own is None:  # fit on a sample: one pass over the text, each side sampled alone
-        stream = HeldOut(source.pairs(), valid_size, cfg, noun, where) if valid_size else source.pairs()
+    def examples():
+        return HeldOut(source.pairs(), valid_size, cfg, noun, where) if valid_size else source.pairs()
+
+    if own is None:  # fit on a sample: one pass over the text, each text of an example sampled alone
         k = cfg.tokenizer_sample if cfg.tokenizer in ("bpe", "unigram") else 0
-        src_texts, tgt_texts = _two_samples(stream, k)
-        if k and len(src_texts) == k:
+        samples = _samples(examples(), k)
+        if k and len(samples[0]) == k:
             log(f"tokenizer: trained on a random sample of {k} sentences per side (data.tokenizer_sample)")
-        own = fit(src_texts, tgt_texts)
-        del src_texts, tgt_texts
-    src_tok, tgt_tok = own
-    identity = {"options": source.options, "tokenizer": _fingerprint(src_tok, tgt_tok), "digest": source.digest,
+        own = fit(*samples)
+        del samples
+    identity = {"options": source.options, "tokenizer": _fingerprint(*own), "digest": source.digest,
                 "files": [file_identity(p, content=True) for p in source.files]}
-    final = root / names[0 if _has_tokenizer(tokenizer_dir) and len(names) == 2 else -1]
+    final = root / names[0]
     threads = os.cpu_count() or 1
-    stream = HeldOut(source.pairs(), valid_size, cfg, noun, where) if valid_size else source.pairs()
-    with StoreWriter(final, {"src": src_tok.vocab_size, "tgt": tgt_tok.vocab_size}, identity) as writer, \
-            _progress(None, noun) as bar:
+    stream = examples()
+    vocab = {name: own[tok].vocab_size for name, (_, tok, _) in columns.items()}
+    with StoreWriter(final, vocab, identity) as writer, _progress(None, noun) as bar:
         for chunk in _chunks(stream, CHUNK):
-            for side, (column, tok) in enumerate((("src", src_tok), ("tgt", tgt_tok))):
-                writer.add(column, _encode_blank_empty(tok, [pair[side] for pair in chunk], threads))
+            for name, (side, tok, encode) in columns.items():
+                writer.add(name, encode(own[tok], [example[side] for example in chunk], threads))
             bar.update(len(chunk))
         held = stream.tail if valid_size else []
         writer.extra["held_out"] = [list(x) for x in held]
-        save_pair(src_tok, tgt_tok, writer.tmp / "tokenizer")
+        save_pair(*own, writer.tmp / "tokenizer")
         path = writer.commit()
-    log(f"prepared corpus: {path} ({writer.rows['src']} {noun} encoded with {threads} threads; reused by runs "
-        f"with the same training text and tokenizer)")
-    return Prepared(TokenStore.open(path, rebuild), src_tok, tgt_tok, held)
+    log(f"prepared corpus: {path} ({writer.rows[next(iter(columns))]} {noun} encoded with {threads} threads; "
+        f"reused by runs with the same training text and tokenizer)")
+    return Prepared(TokenStore.open(path, rebuild), *own, held)
 
 
 def _has_tokenizer(directory: Path) -> bool:
     return (directory / "tokenizer.json").exists() or (directory / "src" / "tokenizer.json").exists()
 
 
-def _two_samples(pairs: Iterable[tuple[str, str]], k: int) -> tuple[list[str], list[str]]:
-    """Each side's ``_sample`` from one pass over the pairs."""
-    rng = {side: random.Random(f"{SAMPLE_SEED}:{side}") for side in (0, 1)}
-    kept: list[list] = [[], []]
-    for n, pair in enumerate(pairs):
-        for side in (0, 1):
+def _samples(examples: Iterable[tuple], k: int) -> list[list[str]]:
+    """Per text of an example, every text when there are at most ``k`` (in order), else a seeded reservoir
+    sample of ``k`` in file order; one pass over the examples."""
+    kept: list[list] = []
+    rngs: list[random.Random] = []
+    for n, example in enumerate(examples):
+        if not kept:
+            kept = [[] for _ in example]
+            rngs = [random.Random(f"{SAMPLE_SEED}:{side}") for side in range(len(example))]
+        for side, text in enumerate(example):
             if k <= 0 or n < k:
-                kept[side].append((n, pair[side]))
+                kept[side].append((n, text))
             else:
-                j = rng[side].randrange(n + 1)
+                j = rngs[side].randrange(n + 1)
                 if j < k:
-                    kept[side][j] = (n, pair[side])
-    return tuple([text for _, text in sorted(side, key=lambda item: item[0])] for side in kept)
+                    kept[side][j] = (n, text)
+    return [[text for _, text in sorted(side, key=lambda item: item[0])] for side in kept]
 
 
 def _chunks(iterable: Iterable, size: int) -> Iterator[list]:
@@ -231,7 +226,7 @@ def _chunks(iterable: Iterable, size: int) -> Iterator[list]:
         yield chunk
 
 
-def _encode_blank_empty(tok: Tokenizer, texts: list[str], threads: int) -> list[list[int]]:
+def encode_blank_empty(tok: Tokenizer, texts: list[str], threads: int) -> list[list[int]]:
     """Token ids of each text; a blank text (only whitespace) is no tokens, so the filter counts it empty."""
     ids = tok.encode_batch(texts, threads)
     return [row if text.strip() else [] for row, text in zip(ids, texts, strict=True)]

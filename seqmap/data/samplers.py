@@ -218,45 +218,66 @@ def lm_chunks(token_ids: Sequence[int] | Tensor, context: int, pad_id: int = PAD
 
 
 def lm_random_chunks(
-    token_ids: Sequence[int] | Tensor, context: int, batch_size: int, generator: torch.Generator
+    token_ids: Sequence[int] | Tensor | np.ndarray, context: int, batch_size: int, generator: torch.Generator
 ) -> tuple[Tensor, Tensor]:
-    """``batch_size`` windows at random offsets, drawn from ``generator`` (nanoGPT-style training batches).
+    """``batch_size`` windows at random offsets, drawn from ``generator`` (nanoGPT-style training batches). A numpy
+    stream (a memory-mapped one) is read only at the windows drawn.
 
     Returns:
         inputs, targets: (B, context) each; ``targets[b, j] == inputs[b, j + 1]``.
     """
-    stream = _stream(token_ids, context)
-    if len(stream) <= context:
-        raise ValueError(f"the token stream has {len(stream)} tokens; random windows need more than context={context}")
-    starts = torch.randint(len(stream) - context, (batch_size,), generator=generator)
+    length = _stream_length(token_ids, context)
+    if length <= context:
+        raise ValueError(f"the token stream has {length} tokens; random windows need more than context={context}")
+    starts = torch.randint(length - context, (batch_size,), generator=generator)
     offsets = starts[:, None] + torch.arange(context)[None, :]  # (B, context)
+    if isinstance(token_ids, np.ndarray):
+        index = offsets.numpy()
+        return _ids(token_ids[index]), _ids(token_ids[index + 1])
+    stream = _stream(token_ids, context)
     return stream[offsets], stream[offsets + 1]
 
 
-def lm_stream_rows(token_ids: Sequence[int] | Tensor, rows: int) -> Tensor:
+def _stream_length(token_ids, context: int) -> int:
+    if context <= 0:
+        raise ValueError(f"context must be > 0, got {context}")
+    length = len(token_ids)
+    if length < 2:
+        raise ValueError(f"the token stream has {length} tokens; an LM window needs at least 2")
+    return length
+
+
+def _ids(array: np.ndarray) -> Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64))
+
+
+def lm_stream_rows(token_ids: Sequence[int] | Tensor | np.ndarray, rows: int) -> Tensor | np.ndarray:
     """The stream cut into ``rows`` contiguous rows (B, N), N = len // rows; the tail that does not fit is dropped.
+    A numpy stream gives a numpy view (nothing is read until a window is).
 
     Row b continues where row b - 1 ends in the text. Consecutive windows of one
     row (:func:`lm_stream_window`) read on through the text, so a recurrent model
     can carry its state from one batch to the next (truncated back-propagation
     through time, as in Zaremba et al. 2014).
     """
-    stream = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)
+    stream = token_ids.reshape(-1) if isinstance(token_ids, np.ndarray) else \
+        torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)
     n = len(stream) // rows
     if n < 2:
         raise ValueError(f"the token stream has {len(stream)} tokens: too few for {rows} rows of at least 2")
-    return stream[: n * rows].view(rows, n)
+    return stream[: n * rows].reshape(rows, n)
 
 
-def lm_stream_window(rows: Tensor, context: int, index: int) -> tuple[Tensor, Tensor]:
+def lm_stream_window(rows: Tensor | np.ndarray, context: int, index: int) -> tuple[Tensor, Tensor]:
     """Window ``index`` of every row: inputs (B, context) and targets shifted by one.
 
     There are ``(N - 1) // context`` whole windows per row (an epoch); ``index`` must be below that.
     """
     start = index * context
-    if index < 0 or start + context + 1 > rows.size(1):
-        raise IndexError(f"window {index} of {context} tokens does not fit rows of {rows.size(1)} tokens")
-    return rows[:, start: start + context], rows[:, start + 1: start + context + 1]
+    if index < 0 or start + context + 1 > rows.shape[1]:
+        raise IndexError(f"window {index} of {context} tokens does not fit rows of {rows.shape[1]} tokens")
+    inputs, targets = rows[:, start: start + context], rows[:, start + 1: start + context + 1]
+    return (_ids(inputs), _ids(targets)) if isinstance(rows, np.ndarray) else (inputs, targets)
 
 
 # ---------------------------------------------------------------------------

@@ -297,7 +297,7 @@ class RunTrainer:
         if self.cfg.train.stateful:
             yield from self._lm_stream_batches()
             return
-        t, stream = self.cfg.train, torch.tensor(self.data.train)
+        t, stream = self.cfg.train, self.data.train  # memory-mapped: windows are read where they are drawn
         batches_per_epoch = max(1, len(stream) // (t.batch_size * self.cfg.data.context * self.dist.world_size))
         micro = self._lm_position()
         while True:
@@ -319,7 +319,7 @@ class RunTrainer:
         t, context, b = self.cfg.train, self.cfg.data.context, self.cfg.train.batch_size
         rank, world = self.dist.rank, self.dist.world_size
         rows = lm_stream_rows(self.data.train, b * world)[rank * b: (rank + 1) * b]
-        per_epoch = (rows.size(1) - 1) // context
+        per_epoch = (rows.shape[1] - 1) // context
         if per_epoch < 1:
             raise TrainingError(f"the training stream is too short for {b * world} rows of data.context={context} "
                                 "tokens; lower train.batch_size or data.context")
