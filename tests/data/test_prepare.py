@@ -13,7 +13,7 @@ import pytest
 from seqmap.config import DataConfig
 from seqmap.data import prepare as prep
 from seqmap.data.corpus import DataError, filter_pairs, read_tsv
-from seqmap.data.pipeline import load_lm, load_translation, lm_stream
+from seqmap.data.pipeline import lm_stream, load_lm, load_translation
 from seqmap.data.token_store import StoreWriter, TokenStore
 from seqmap.data.tokenizers import train_tokenizer
 
