@@ -17,11 +17,12 @@ file's size against ``store.json``: a truncated or damaged file is named, with t
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -133,8 +134,8 @@ class StoreWriter:
         """Append ``rows`` (lists of ids) to ``column``."""
         if not rows:
             return
-        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-        flat = np.fromiter((i for r in rows for i in r), dtype=self.dtypes[column], count=int(lengths.sum()))
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=self.dtypes[column], count=int(lengths.sum()))
         ids_file, lengths_file = self.files[column]
         flat.tofile(ids_file)
         lengths.tofile(lengths_file)
@@ -167,15 +168,3 @@ class StoreWriter:
             shutil.rmtree(self.final)
         os.replace(self.tmp, self.final)
         return self.final
-
-
-def encode_chunks(texts: Iterable[str], encode_batch, chunk: int = 20_000) -> Iterable[list[list[int]]]:
-    """``encode_batch`` over ``texts`` in chunks of ``chunk`` (a tokenizer's threaded batch encoding)."""
-    batch: list[str] = []
-    for text in texts:
-        batch.append(text)
-        if len(batch) == chunk:
-            yield encode_batch(batch)
-            batch = []
-    if batch:
-        yield encode_batch(batch)
