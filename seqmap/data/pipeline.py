@@ -389,7 +389,8 @@ def load_translation(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] 
     columns = {"src": (0, 0, encode_blank_empty), "tgt": (1, 1, encode_blank_empty)}
     prepared = prepare(cfg, source, run_dir, "translation", columns,
                        lambda src, tgt: fit_tokenizers(cfg, src, tgt, run_dir, log), log,
-                       valid_size=valid_size, where=_train_source(cfg), record=lambda: _record_fit(cfg, run_dir))
+                       valid_size=valid_size, record=lambda: _record_fit(cfg, run_dir),
+                       check_total=lambda n: held_out_count(n, cfg, "pairs", _train_source(cfg)))
     src_tok, tgt_tok = prepared.src_tok, prepared.tgt_tok
     if valid_size:
         valid_pairs = prepared.held_out
@@ -591,7 +592,8 @@ def load_lm(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) 
     source, valid_size = _lm_source(cfg)
     prepared = prepare(cfg, source, run_dir, "lm", {"text": (0, 1, lm_rows)},
                        lambda lines: fit_tokenizers(cfg, lines, lines, run_dir, log), log, valid_size=valid_size,
-                       noun="lines", where=f"data.train ({cfg.train})", record=lambda: _record_fit(cfg, run_dir))
+                       noun="lines", record=lambda: _record_fit(cfg, run_dir),
+                       check_total=lambda n: held_out_count(n, cfg, "lines", f"data.train ({cfg.train})"))
     tok = prepared.tgt_tok
     _log_held_out(cfg, prepared.store.rows, "lines", log)
     if valid_size:

@@ -26,14 +26,16 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from seqmap.config import DataConfig
 from seqmap.data.corpus import FilterReport
 from seqmap.data.token_store import StoreWriter, TokenStore
 from seqmap.data.tokenizers import Tokenizer, load_pair, save_pair
+
+DataConfig = Any  # seqmap.config.DataConfig, which sits above the data layer (it checks names defined here)
 
 CHUNK = 20_000  # sentences encoded per call of the tokenizer's threaded batch encoder
 SAMPLE_SEED = "seqmap.tokenizer-sample"  # the reservoir sample of a large training text is the same every time
@@ -78,15 +80,14 @@ class Source:
 
 
 class HeldOut:
-    """Streams all but the last ``n`` examples of an iterator; ``tail`` holds those ``n`` once it is exhausted."""
+    """Streams all but the last ``n`` examples of an iterator; ``tail`` holds those ``n`` once it is exhausted.
+    ``check(total)`` sees the number of examples read (it raises when too few remain to train on)."""
 
-    def __init__(self, examples: Iterable, n: int, cfg: DataConfig, noun: str, source: str):
-        self.examples, self.n, self.cfg, self.noun, self.source = examples, n, cfg, noun, source
+    def __init__(self, examples: Iterable, n: int, check: Callable[[int], object]):
+        self.examples, self.n, self.check = examples, n, check
         self.tail: list = []
 
     def __iter__(self):
-        from seqmap.data.pipeline import held_out_count
-
         window: collections.deque = collections.deque()
         total = 0
         for example in self.examples:
@@ -94,7 +95,7 @@ class HeldOut:
             window.append(example)
             if len(window) > self.n:
                 yield window.popleft()
-        held_out_count(total, self.cfg, self.noun, self.source)  # one must remain: the same error as in memory
+        self.check(total)
         self.tail = list(window)
 
 
@@ -136,12 +137,14 @@ Columns = dict[str, tuple[int, int, Callable[[Tokenizer, list[str], int], list[l
 
 def prepare(cfg: DataConfig, source: Source, run_dir: Path, kind: str, columns: Columns,
             fit: Callable[..., tuple[Tokenizer, Tokenizer]], log: Callable[[str], None], *, valid_size: int = 0,
-            noun: str = "pairs", where: str = "", record: Callable[[], None] = lambda: None) -> Prepared:
+            noun: str = "pairs", check_total: Callable[[int], object] = lambda total: None,
+            record: Callable[[], None] = lambda: None) -> Prepared:
     """The training examples of ``source`` as a store of ``columns``, found or made.
 
     ``fit(*texts)`` (one list of texts per text of an example) trains and saves the run's tokenizer pair when
     RUN_DIR/tokenizer does not exist and no prepared store brings one (``record()`` is called before a store's
-    tokenizer is copied into the run). ``valid_size`` > 0 holds out the last examples (returned as text)."""
+    tokenizer is copied into the run). ``valid_size`` > 0 holds out the last examples (returned as text);
+    ``check_total(n)`` refuses a split too small for it."""
     tokenizer_dir = run_dir / "tokenizer"
     own = load_pair(tokenizer_dir) if _has_tokenizer(tokenizer_dir) else None
     root = prepared_root(cfg, run_dir)
@@ -163,7 +166,7 @@ def prepare(cfg: DataConfig, source: Source, run_dir: Path, kind: str, columns: 
         return Prepared(store, *own, [tuple(x) for x in store.meta.get("held_out", [])])
 
     def examples():
-        return HeldOut(source.pairs(), valid_size, cfg, noun, where) if valid_size else source.pairs()
+        return HeldOut(source.pairs(), valid_size, check_total) if valid_size else source.pairs()
 
     if own is None:  # fit on a sample: one pass over the text, each text of an example sampled alone
         k = cfg.tokenizer_sample if cfg.tokenizer in ("bpe", "unigram") else 0
