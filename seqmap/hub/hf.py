@@ -65,6 +65,7 @@ from seqmap.hub.source import (
     resolve_source,
     rows,
 )
+from seqmap.hub.t5 import UNMAPPED_TYPES, t5
 from seqmap.models.builder import build_model
 from seqmap.nn.positional import sinusoidal_table
 from seqmap.training.checkpoint_manager import CheckpointManager
@@ -326,7 +327,6 @@ def _decode_config(source: Path, config: dict[str, Any], tok: HFTokenizer, famil
 def _mapped(directory: Path, config: dict[str, Any], model_type: str):
     """The ``Imported`` (config, weights, tokenizers, classes) of one architecture."""
     from seqmap.hub.encoders import bert, vit
-    from seqmap.hub.t5 import t5
 
     if model_type in ("t5", "mt5"):
         return t5(directory, config)
@@ -348,8 +348,6 @@ def import_hf(source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     directory = resolve_source(source)
     config = read_json(directory / "config.json")
     model_type = config.get("model_type")
-    from seqmap.hub.t5 import UNMAPPED_TYPES
-
     if model_type in UNMAPPED_TYPES:
         raise HubError(f"{directory / 'config.json'}: model_type {model_type!r} is not supported: "
                        f"{UNMAPPED_TYPES[model_type]}")

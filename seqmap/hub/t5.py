@@ -46,7 +46,8 @@ FEED_FORWARD = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "silu":
                 "gated-silu": "swiglu", "gated-swish": "swiglu"}
 TO_FEED_FORWARD = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "silu", "geglu_tanh": "gated-gelu",
                    "swiglu": "gated-silu"}  # seqmap's activation -> feed_forward_proj, for the export
-ARCHITECTURES = ("T5ForConditionalGeneration", "T5Model", "MT5ForConditionalGeneration", "MT5Model")
+ARCHITECTURES = ("T5ForConditionalGeneration", "T5WithLMHeadModel", "T5Model", "MT5ForConditionalGeneration",
+                 "MT5Model")  # T5WithLMHeadModel: the first name of T5ForConditionalGeneration, in older configs
 UNMAPPED_TYPES = {  # model types close to T5 that seqmap's Transformer cannot represent exactly
     "umt5": "UMT5 gives every layer its own relative-position bias, where seqmap's stacks share one",
     "longt5": "LongT5's local and transient-global attention has no seqmap equivalent",

@@ -278,6 +278,29 @@ def test_an_imported_t5_fine_tunes_with_init_and_exports(imported, tmp_path, cap
     assert capsys.readouterr().out.strip()  # a translation, printed
 
 
+def test_a_seqmap_trained_transformer_with_t5s_options_exports_as_a_t5(tmp_path):
+    """seqmap's own ids (0 PAD, 1 BOS = the decoder start, 2 EOS, 3 UNK) in a T5 directory: the same logits and
+    greedy outputs in ``transformers``."""
+    from .test_marian_export import _trained
+
+    run = _trained(tmp_path, norm_position="pre", norm="rmsnorm", positional="t5", activation="relu",
+                   output_bias=False, linear_bias=False, scale_attention=False, scale_embeddings=False,
+                   scale_output=True, t5_buckets=8, t5_max_distance=16)
+    export_hf(run, tmp_path / "t5")
+    hf = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "t5").eval()
+    assert (hf.config.pad_token_id, hf.config.eos_token_id, hf.config.decoder_start_token_id) == (0, 2, 1)
+    for text in ["a b c", "c a b d"]:
+        ids = run.src_tok.encode(text)
+        tgt = [1, *run.tgt_tok.encode("c b a")]
+        with torch.no_grad():
+            theirs = hf(input_ids=torch.tensor([ids]), decoder_input_ids=torch.tensor([tgt])).logits
+            torch.testing.assert_close(theirs, run.model(torch.tensor([ids]), None, torch.tensor([tgt])), rtol=0,
+                                       atol=1e-5)
+            out = hf.generate(torch.tensor([ids]), max_length=9)[0, 1:].tolist()  # its bans: PAD, BOS, UNK
+        mine = translate_ids(run.model, [ids], DecodeConfig(max_len_a=0.0, max_len_b=8))[0]
+        assert mine == [t for t in out if t not in (0, 2)]
+
+
 # -- CTranslate2 --------------------------------------------------------------------------------------------
 
 
