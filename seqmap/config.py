@@ -96,6 +96,15 @@ class ModelConfig:
     embedding_norm: bool = False  # classifier, vit: a norm over embeddings + positions before the layers (BERT)
     pooler: str = "none"  # classifier, vit: none | tanh (BERT's pooler: Linear D -> D and tanh before the head)
     activation: str = "relu"  # feed-forward non-linearity: relu | gelu | gelu_tanh (GPT-2) | silu (Marian) | swiglu
+    #                           | geglu | geglu_tanh (gated by GELU or its tanh approximation: T5 v1.1, Flan-T5)
+    linear_bias: bool = True  # biases in the attention and feed-forward projections (T5 has none)
+    scale_attention: bool = True  # divide attention scores by sqrt(head width); false: T5, which keeps that
+    #                               factor in its query weights
+    head_dim: int | None = None  # width of each attention head: None = d_model / n_heads; another width (T5's
+    #                              d_kv) attends in n_heads * head_dim dimensions (positional t5, alibi, none,
+    #                              sinusoidal, learned)
+    scale_output: bool = False  # transformer: multiply the decoder's final states by d_model**-0.5 before the
+    #                             output layer (T5 v1.0, whose output layer is its embedding table)
     positional: str = "sinusoidal"  # sinusoidal | learned | relative | relative_cp | t5 | rope | alibi | none
     #                                 (relative: Shaw's; relative_cp: relative with content-position terms on the
     #                                 key and value sides, per head, seqmap.nn.positional.RelativeContentPosition)
@@ -180,8 +189,9 @@ class ModelConfig:
         if self.spec_augment and (len(self.spec_augment) != 4 or min(self.spec_augment) < 0):
             raise ConfigError("model.spec_augment must be [freq_masks, freq_width, time_masks, time_width] (each "
                               f">= 0) or [], got {self.spec_augment}")
-        if self.d_model % self.n_heads:
+        if self.head_dim is None and self.d_model % self.n_heads:
             raise ConfigError(f"model.d_model={self.d_model} must be divisible by model.n_heads={self.n_heads}")
+        self._check_t5_options()
         if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads):
             raise ConfigError(f"model.n_kv_heads={self.n_kv_heads} must divide model.n_heads={self.n_heads}")
         if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
@@ -213,6 +223,29 @@ class ModelConfig:
                 f"model.share_vocab=true needs src_vocab == tgt_vocab (got {self.src_vocab} and {self.tgt_vocab}); "
                 "use a joint vocabulary or set model.share_vocab=false"
             )
+
+    def _check_t5_options(self) -> None:
+        """``head_dim``, ``linear_bias``, ``scale_attention`` and ``scale_output`` (the options a T5 maps onto): each
+        for the families that have what it changes."""
+        attention_families = ("transformer", "lm", "classifier", "vit", "speech")
+        defaults = (("head_dim", None), ("linear_bias", True), ("scale_attention", True))
+        changed = [f"model.{n}={getattr(self, n)}" for n, default in defaults if getattr(self, n) != default]
+        if changed and self.family not in attention_families:
+            raise ConfigError(f"{' and '.join(changed)} change multi-head attention, which model.family={self.family} "
+                              f"does not have; remove them (families: {', '.join(attention_families)})")
+        if self.head_dim is not None:
+            _positive("model", "head_dim", self.head_dim)
+            if self.positional in ("relative", "relative_cp", "rope"):
+                raise ConfigError(f"model.head_dim={self.head_dim} cannot go with model.positional={self.positional}, "
+                                  "whose tables are d_model / n_heads wide; use t5, alibi, sinusoidal, learned or "
+                                  "none, or remove model.head_dim")
+        if not self.scale_attention and self.positional in ("relative", "relative_cp"):
+            raise ConfigError(f"model.scale_attention=false cannot go with model.positional={self.positional}, whose "
+                              "position terms are divided by sqrt(head width) as the scores are; use t5, alibi, rope, "
+                              "sinusoidal, learned or none, or remove model.scale_attention")
+        if self.scale_output and self.family != "transformer":
+            raise ConfigError(f"model.scale_output=true scales an encoder-decoder's decoder output (T5), and "
+                              f"model.family={self.family} has none; remove it")
 
 
 @dataclass

@@ -15,12 +15,15 @@ def add_parser(commands) -> None:
         "import", allow_abbrev=False, help="import a pretrained model (Hugging Face format) as a run directory",
         description="hf SOURCE: a directory written by transformers' save_pretrained (config.json,\n"
                     "model.safetensors, tokenizer.json), or a Hub name where the Hub can be reached.\n"
-                    "Imports MarianMTModel (OPUS-MT), GPT2LMHeadModel, BertForSequenceClassification /\n"
-                    "BertModel and ViTForImageClassification. The result opens with every verb, like a\n"
-                    "trained run; beam search ranks as transformers' generate (decode.beam_ranking: hf).",
+                    "Imports MarianMTModel (OPUS-MT), T5ForConditionalGeneration (T5, Flan-T5, mT5),\n"
+                    "GPT2LMHeadModel, BertForSequenceClassification / BertModel and\n"
+                    "ViTForImageClassification. The result opens with every verb, like a trained run;\n"
+                    "beam search ranks as transformers' generate (decode.beam_ranking: hf).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  seqmap import hf ~/models/gpt2 --out runs/gpt2\n"
                "  seqmap generate runs/gpt2 --prompt \"Hello, I'm a language model,\" --greedy\n"
+               "  seqmap import hf ~/models/t5-small --out runs/t5-small\n"
+               "  seqmap translate runs/t5-small \"summarize: $(cat article.txt)\"\n"
                "  seqmap import hf ~/models/bert-sst2 --out runs/bert-sst2\n"
                "  seqmap classify runs/bert-sst2 \"a gripping, funny film\"")
     p.add_argument("format", choices=["hf"], help="the format of SOURCE (hf: Hugging Face transformers)")
@@ -32,8 +35,9 @@ def add_parser(commands) -> None:
         description="hf RUN_DIR --out DIR: a decoder-only language model (family lm with learned positions,\n"
                     "pre-LN, unscaled embeddings) as a GPT-2 directory (GPT2LMHeadModel.from_pretrained),\n"
                     "an encoder-decoder Transformer (post-LN, split sinusoidal positions, one shared\n"
-                    "vocabulary) as a MarianMT directory (MarianMTModel.from_pretrained); the tokenizer as\n"
-                    "it was imported, or as tokenizer.json where it converts.\n"
+                    "vocabulary) as a MarianMT directory (MarianMTModel.from_pretrained), one with T5's\n"
+                    "relative positions (an imported T5) as a T5 directory; the tokenizer as it was\n"
+                    "imported, or as tokenizer.json where it converts.\n"
                     "ct2 RUN_DIR --out DIR: a seqmap-trained Transformer or LM (or an imported MarianMT / GPT-2)\n"
                     "as a CTranslate2 model. --out must be a new or empty directory. Other families (rnn,\n"
                     "classifier, vit, gat, speech) have no exported form.",
@@ -69,7 +73,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from seqmap.hub import HubError, export_hf
     from seqmap.hub.ct2 import export_ct2, writes_spec
-    from seqmap.hub.export import FAMILIES
+    from seqmap.hub.export import exported_class
     from seqmap.runs import load_run
 
     try:
@@ -83,7 +87,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         out = export_hf(run, args.out) if args.format == "hf" else export_ct2(run, args.out, args.quantization)
     except HubError as e:
         raise UserError(str(e)) from None
-    what = FAMILIES[run.cfg.model.family]
+    what = exported_class(run.cfg.model)
     if args.format == "ct2":
         if writes_spec(run):
             what = "Transformer" if run.cfg.model.family == "transformer" else "decoder-only Transformer"

@@ -4,8 +4,8 @@
     import_hf("path/to/saved_pretrained_dir", "runs/gpt2")   # an ordinary run directory
     export_hf(load_run("runs/gpt2-mine"), "exported/gpt2-mine")
 
-See ``seqmap.hub.hf`` (Marian, GPT-2) and ``seqmap.hub.encoders`` (BERT, ViT) for what each architecture maps
-onto, ``seqmap.hub.export`` and ``seqmap.hub.ct2`` for the way back.
+See ``seqmap.hub.hf`` (Marian, GPT-2), ``seqmap.hub.t5`` (T5, Flan-T5, mT5; both ways) and ``seqmap.hub.encoders``
+(BERT, ViT) for what each architecture maps onto, ``seqmap.hub.export`` and ``seqmap.hub.ct2`` for the way back.
 """
 
 from seqmap.hub.ct2 import export_ct2

@@ -6,18 +6,21 @@ Two routes, one per kind of run:
   tokenizer) is written straight into CTranslate2's model specification (``ctranslate2.specs.TransformerSpec``
   or ``TransformerDecoderModelSpec``: its public API for converters), weight by weight: pre- or post-LN,
   LayerNorm or RMSNorm with the run's epsilon, sinusoidal (either column layout) or learned positions as an
-  explicit table (an LM also: none, rope, ALiBi, and grouped key/value heads), the run's embedding scale,
-  relu, gelu, gelu_tanh, silu or swiglu, shared or separate vocabularies, a tied or separate output layer and
-  its bias. The vocabulary is the tokenizer's pieces in id order, so ids stay seqmap's (0 PAD, 1 BOS = the
-  decoder start, 2 EOS, 3 UNK). ``translate_ct2`` decodes with it as ``seqmap translate`` decodes with the
-  run (the same length limit per sentence, PAD, BOS and UNK never generated): ``seqmap translate RUN --ct2
-  DIR``; ``generate_ct2_nbest`` continues prompts as ``seqmap generate`` does: ``seqmap generate RUN --ct2
-  DIR``.
-* **An imported model** (a MarianMT, a GPT-2) is exported in the ``transformers`` format first
+  explicit table (an LM also: none, rope, ALiBi, and grouped key/value heads), the run's embedding scale, relu, gelu,
+  gelu_tanh, silu, swiglu, geglu or geglu_tanh, linears with or without biases, attention scaled or not
+  (``scale_attention``), heads of their own width (``head_dim``), shared or separate vocabularies, a tied or separate
+  output layer and its bias, a translator's output rescale (``scale_output``). The vocabulary is the tokenizer's
+  pieces in id order, so ids stay seqmap's (0 PAD, 1 BOS = the decoder start, 2 EOS, 3 UNK). ``translate_ct2`` decodes
+  with it as ``seqmap translate`` decodes with the run (the same length limit per sentence, PAD, BOS and UNK never
+  generated): ``seqmap translate RUN --ct2 DIR``; ``generate_ct2_nbest`` continues prompts as ``seqmap generate``
+  does: ``seqmap generate RUN --ct2 DIR``.
+* **An imported model** (a MarianMT, a GPT-2, a T5) is exported in the ``transformers`` format first
   (``seqmap.hub.export``), into a temporary directory, and CTranslate2's own converter
   (``ctranslate2.converters.TransformersConverter``) turns that into ``DIR``. CTranslate2's MarianMT reading
   assumes that the pad token is the vocabulary's last id and that the decoder starts from a zero embedding;
-  both hold for an imported OPUS-MT model, and are checked.
+  both hold for an imported OPUS-MT model, and are checked. Its T5 reading rescales the decoder output wherever
+  ``transformers`` says ``tie_word_embeddings``, which ``transformers`` 5 says of every T5: a T5 v1.0 (tied and
+  rescaled) converts, a T5 v1.1 or Flan-T5 (untied, not rescaled) is refused in one line there.
 
 Load the result with ``ctranslate2.Translator`` (a translation run) or ``ctranslate2.Generator`` (a language
 model); both take token strings: the run's tokenizer's ``pieces``. Options CTranslate2 has no equivalent for
@@ -45,11 +48,13 @@ from seqmap.decoding.beam import length_norm
 from seqmap.decoding.text import Scored
 from seqmap.hub.export import export_hf, fresh_out
 from seqmap.hub.source import HubError
+from seqmap.nn.layers import GATED
 from seqmap.training.checkpoint_files import MODEL_FILE
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 # seqmap's feed-forward activations and CTranslate2's names for them (ctranslate2.specs.Activation)
-_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "silu": "SWISH", "swiglu": "SWISH"}
+_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "silu": "SWISH", "swiglu": "SWISH",
+                "geglu": "GELU", "geglu_tanh": "GELUTanh"}
 
 
 def _ctranslate2():
@@ -74,7 +79,7 @@ def export_ct2(run, out_dir: str | os.PathLike, quantization: str | None = None)
         spec.save(str(out))
         write_source_record(run, out, quantization)
         return out
-    why = _marian_readable(run)
+    why = _t5_readable(run) if run.cfg.model.positional == "t5" else _marian_readable(run)
     if why is not None:
         raise HubError(f"{run.checkpoint}: {why}; export it with seqmap export hf instead")
     from ctranslate2.converters import TransformersConverter
@@ -154,6 +159,21 @@ def _marian_readable(run) -> str | None:
     return None
 
 
+def _t5_readable(run) -> str | None:
+    """Why CTranslate2's T5 converter would not reproduce this imported T5 (None when it would). The converter
+    rescales the decoder output by d_model**-0.5 exactly where the loaded config says ``tie_word_embeddings``, and
+    transformers 5 says so for every T5, its v1.1 and Flan-T5 (untied, not rescaled) included."""
+    from transformers import T5Config
+
+    m = run.cfg.model
+    tied = m.tie_embeddings and m.scale_output  # as seqmap.hub.t5 exports it
+    if bool(T5Config(tie_word_embeddings=tied).tie_word_embeddings) != m.scale_output:
+        return ("CTranslate2's T5 converter rescales the decoder output where transformers' config says "
+                "tie_word_embeddings, which this transformers sets for every T5, but this run's output is not "
+                "rescaled (model.scale_output=false: T5 v1.1, Flan-T5)")
+    return None
+
+
 # -- a seqmap-trained Transformer, straight into CTranslate2's specification ----------------------------
 
 
@@ -211,15 +231,17 @@ class _Weights:
 
     def attention(self, dst, prefix: str, cross: bool = False) -> None:
         if cross:  # CTranslate2: queries, then keys and values fused, then the output
-            d = self.m.d_model
-            self.linear(dst.linear[0], f"{prefix}.in_proj", slice(0, d))
-            self.linear(dst.linear[1], f"{prefix}.in_proj", slice(d, None))
+            q_width = self.m.n_heads * (self.m.head_dim or self.m.d_model // self.m.n_heads)
+            self.linear(dst.linear[0], f"{prefix}.in_proj", slice(0, q_width))
+            self.linear(dst.linear[1], f"{prefix}.in_proj", slice(q_width, None))
         else:  # queries, keys and values fused as in seqmap (rows: H heads, then Hkv, then Hkv)
             self.linear(dst.linear[0], f"{prefix}.in_proj")
         self.linear(dst.linear[-1], f"{prefix}.out_proj")
+        if not self.m.scale_attention:
+            dst.queries_scale = 1.0
 
     def feed_forward(self, dst, prefix: str) -> None:
-        if self.m.activation == "swiglu":  # seqmap's w1 holds W_gate then W_up; CTranslate2 keeps them apart
+        if self.m.activation in GATED:  # seqmap's w1 holds W_gate then W_up; CTranslate2 keeps them apart
             f = self.m.d_ff
             self.linear(dst.linear_0, f"{prefix}.w1", slice(0, f))
             self.linear(dst.linear_0_noact, f"{prefix}.w1", slice(f, None))
@@ -252,7 +274,7 @@ def _common(m: ModelConfig) -> dict:
     from ctranslate2.specs import Activation
 
     return {"pre_norm": m.norm_position == "pre", "activation": getattr(Activation, _ACTIVATIONS[m.activation]),
-            "ffn_glu": m.activation == "swiglu", "rms_norm": m.norm == "rmsnorm"}
+            "ffn_glu": m.activation in GATED, "rms_norm": m.norm == "rmsnorm"}
 
 
 def transformer_spec(run):
@@ -278,6 +300,8 @@ def transformer_spec(run):
             w.feed_forward(layer.ffn, f"{p}.ff")
             w.norm(layer.ffn.layer_norm, f"{p}.norm3" if side == "decoder" else f"{p}.norm2")
     w.output(spec.decoder.projection, "decoder.")
+    if m.scale_output:
+        spec.decoder.scale_outputs = m.d_model**-0.5
     spec.config.layer_norm_epsilon = m.norm_eps
     pieces = run.tgt_tok.pieces([BOS, EOS, UNK])
     spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = pieces

@@ -2,6 +2,7 @@
 
 * ``family: lm`` -> ``GPT2LMHeadModel`` (learned positions, pre-LN, unscaled embeddings, an activation
   GPT-2 has): ``Conv1D`` weights transposed, the fused ``in_proj`` is ``c_attn``.
+* ``family: transformer`` with ``positional: t5`` -> ``T5ForConditionalGeneration`` (``seqmap.hub.t5``).
 * ``family: transformer`` -> ``MarianMTModel`` (post-LN, sinusoidal positions in the split layout): the fused
   ``in_proj`` split into ``q/k/v_proj``, ``output_bias`` as ``final_logits_bias`` (zeros without it). An
   output layer untied from the embeddings (``model.tie_embeddings: false``) is ``lm_head`` with
@@ -14,10 +15,10 @@ An option with no equivalent is refused in one line naming it. The vocabulary go
 order when the run's tokenizer was imported (``seqmap.data.hf_tokenizer``); a seqmap-trained model keeps
 seqmap's ids (0 PAD, 1 BOS, 2 EOS, 3 UNK), and its GPT-2 ``config.json`` says so in ``seqmap_tokenizer``
 (its special ids, and that its prompts start with EOS), so ``seqmap import hf`` gives the model back.
-Tokenizers: an imported one is written back as it came (GPT-2's ``tokenizer.json``; Marian's ``source.spm``,
-``target.spm`` and ``vocab.json``); seqmap's char and word tokenizers become a word-level ``tokenizer.json``;
-a sentencepiece one is not converted (``TOKENIZER.txt`` says so). The decode options of the run's config
-become the model's ``generation_config``.
+Tokenizers: an imported one is written back as it came (GPT-2's and T5's ``tokenizer.json``; Marian's
+``source.spm``, ``target.spm`` and ``vocab.json``); seqmap's char and word tokenizers become a word-level
+``tokenizer.json``; a sentencepiece one is not converted (``TOKENIZER.txt`` says so). The decode options of the
+run's config become the model's ``generation_config``.
 """
 
 from __future__ import annotations
@@ -36,22 +37,32 @@ from seqmap.data.hf_tokenizer import HFTokenizer, MarianBackend
 from seqmap.data.tokenizer_base import BOS, EOS, PAD, UNK
 from seqmap.hub.source import HubError, out_directory
 
-FAMILIES = {"lm": "GPT2LMHeadModel", "transformer": "MarianMTModel"}
+FAMILIES = {"lm": "GPT2LMHeadModel", "transformer": "MarianMTModel, or T5ForConditionalGeneration with positional t5"}
+
+
+def exported_class(m: ModelConfig) -> str:
+    """The ``transformers`` class a run exports as (T5 for a Transformer with T5's relative positions)."""
+    if m.family == "transformer":
+        return "T5ForConditionalGeneration" if m.positional == "t5" else "MarianMTModel"
+    return FAMILIES[m.family]
 
 
 def export_hf(run, out_dir: str | os.PathLike) -> Path:
     """Write the run as a ``transformers`` directory (see the module docstring); returns ``out_dir``."""
+    from seqmap.hub.t5 import export_t5, export_t5_tokenizer
+
     family = run.cfg.model.family
     if family not in FAMILIES:
         raise HubError(f"{run.checkpoint}: model.family={family}; seqmap exports "
                        f"{', '.join(f'{k} (as {v})' for k, v in FAMILIES.items())}")
     out = fresh_out(out_dir)
-    model = _gpt2(run) if family == "lm" else _marian(run)
+    t5 = exported_class(run.cfg.model) == "T5ForConditionalGeneration"
+    model = _gpt2(run) if family == "lm" else export_t5(run, _opening) if t5 else _marian(run)
     _generation_config(model, run.cfg.decode, family)
     model.save_pretrained(out)
     if family == "lm":
         _export_tokenizer(run.tgt_tok, out)
-    else:
+    elif not (t5 and export_t5_tokenizer(run, out)):
         _export_marian_tokenizer(run, out)
     return out
 
@@ -73,7 +84,7 @@ def _generation_config(model, decode: DecodeConfig, family: str) -> None:
     g.no_repeat_ngram_size = decode.no_repeat_ngram
     if decode.beam_ranking == "hf":
         g.early_stopping = decode.hf_early_stopping
-    if family == "transformer" and decode.max_len_a == 0:  # a fixed length limit; Marian's counts its start token
+    if family == "transformer" and decode.max_len_a == 0:  # a fixed limit; Marian's and T5's count their start token
         g.max_length = decode.max_len_b + 1
 
 
@@ -102,6 +113,20 @@ def _opening(run, compatible: Callable[[ModelConfig], str | None], name: str):
     return m, run.model.state_dict(), order, hf_tok
 
 
+def _plain_attention(m: ModelConfig, name: str) -> str | None:
+    """Why the run's projections differ from GPT-2's and Marian's (biases, scores over sqrt(d_model / n_heads), no
+    output rescale); None when they do not."""
+    if not m.linear_bias:
+        return f"model.linear_bias=false ({name}'s projections have biases)"
+    if not m.scale_attention:
+        return f"model.scale_attention=false ({name} divides attention scores by sqrt(head width))"
+    if m.head_dim not in (None, m.d_model // m.n_heads):
+        return f"model.head_dim={m.head_dim} ({name}'s heads are d_model / n_heads wide)"
+    if m.scale_output:
+        return f"model.scale_output=true ({name} does not rescale its decoder output)"
+    return None
+
+
 # -- GPT-2 ---------------------------------------------------------------------------------------------
 
 
@@ -117,7 +142,7 @@ def _gpt2_compatible(m: ModelConfig) -> str | None:
         return f"model.n_kv_heads={m.n_kv_heads} (GPT-2 has one key/value head per query head)"
     if m.output_bias:
         return "model.output_bias=true (GPT-2's output layer has no bias)"
-    return None
+    return _plain_attention(m, "GPT-2")
 
 
 def _gpt2(run):
@@ -176,7 +201,7 @@ def _marian_compatible(m: ModelConfig) -> str | None:
         return f"model.activation={m.activation!r} (MarianMT's feed-forward takes silu, gelu, gelu_tanh or relu)"
     if m.n_kv_heads not in (None, m.n_heads):
         return f"model.n_kv_heads={m.n_kv_heads} (MarianMT has one key/value head per query head)"
-    return None
+    return _plain_attention(m, "MarianMT")
 
 
 def _split_attention(sd: dict[str, Tensor], ours: str, theirs: str) -> dict[str, Tensor]:

@@ -24,6 +24,7 @@ ordinary config options with their own tests):
   in ``config.json``) comes back with its own special ids and prompts (EOS, then the text).
 * ``BertForSequenceClassification`` / ``BertModel`` -> ``family: classifier`` and
   ``ViTForImageClassification`` -> ``family: vit``: see ``seqmap.hub.encoders``.
+* ``T5ForConditionalGeneration`` (T5 v1.0, v1.1, Flan-T5; mT5) -> ``family: transformer``: see ``seqmap.hub.t5``.
 
 The vocabulary is re-ordered so the model's special tokens take seqmap's reserved ids (see
 ``seqmap.data.hf_tokenizer``); embedding rows move with the same map. Weights are read from
@@ -64,12 +65,14 @@ from seqmap.hub.source import (
     resolve_source,
     rows,
 )
+from seqmap.hub.t5 import UNMAPPED_TYPES, t5
 from seqmap.models.builder import build_model
 from seqmap.nn.positional import sinusoidal_table
 from seqmap.training.checkpoint_manager import CheckpointManager
 
 SUPPORTED = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel", "bert": "BertForSequenceClassification / BertModel",
-             "vit": "ViTForImageClassification"}
+             "vit": "ViTForImageClassification", "t5": "T5ForConditionalGeneration",
+             "mt5": "MT5ForConditionalGeneration"}
 
 
 def _take(weights: dict[str, Tensor], name: str, shape: tuple[int, ...] | None, where: Path) -> Tensor:
@@ -325,6 +328,8 @@ def _mapped(directory: Path, config: dict[str, Any], model_type: str):
     """The ``Imported`` (config, weights, tokenizers, classes) of one architecture."""
     from seqmap.hub.encoders import bert, vit
 
+    if model_type in ("t5", "mt5"):
+        return t5(directory, config)
     if model_type == "marian":
         cfg, weights, src_tok, tok = _marian(directory, config)
         return Imported(cfg, weights, src_tok, tok)
@@ -343,6 +348,9 @@ def import_hf(source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     directory = resolve_source(source)
     config = read_json(directory / "config.json")
     model_type = config.get("model_type")
+    if model_type in UNMAPPED_TYPES:
+        raise HubError(f"{directory / 'config.json'}: model_type {model_type!r} is not supported: "
+                       f"{UNMAPPED_TYPES[model_type]}")
     if model_type not in SUPPORTED:
         raise HubError(f"{directory / 'config.json'}: model_type {model_type!r} is not supported; seqmap imports "
                        f"{', '.join(f'{v} ({k})' for k, v in SUPPORTED.items())}")

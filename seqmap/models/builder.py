@@ -53,11 +53,13 @@ def build_model(cfg: ModelConfig) -> nn.Module:
 
 
 def _attention(cfg: ModelConfig) -> MultiHeadAttention:
-    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, dropout=cfg.attention_dropout)
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, dropout=cfg.attention_dropout,
+                              bias=cfg.linear_bias, scale=None if cfg.scale_attention else 1.0, head_dim=cfg.head_dim)
 
 
 def _ff(cfg: ModelConfig) -> FeedForward:
-    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout if cfg.ff_dropout is None else cfg.ff_dropout)
+    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout if cfg.ff_dropout is None else cfg.ff_dropout,
+                       bias=cfg.linear_bias)
 
 
 def _norm(cfg: ModelConfig) -> nn.Module:
@@ -122,7 +124,7 @@ def build_transformer(cfg: ModelConfig) -> Transformer:
     decoder = TransformerDecoder(
         tgt_embedding, _positional(cfg, causal=True),
         [_decoder_layer(cfg) for _ in range(cfg.dec_layers)], _final_norm(cfg),
-        _output(cfg, tgt_embedding), cfg.dropout)
+        _output(cfg, tgt_embedding), cfg.dropout, output_scale=cfg.d_model**-0.5 if cfg.scale_output else 1.0)
     model = Transformer(encoder, decoder, CopyHead(cfg.d_model) if cfg.copy else None, unk_id=UNK)
     _init_linears(model)
     return model

@@ -117,15 +117,20 @@ class TransformerState:
 
 
 class TransformerDecoder(nn.Module):
-    """Embedding + positions, N decoder layers, final norm, output projection to the vocabulary."""
+    """Embedding + positions, N decoder layers, final norm, output projection to the vocabulary.
+
+    ``output_scale`` multiplies the final states before the output layer (T5 v1.0 scales by D**-0.5 where its
+    output layer is the embedding table); the scaled states are the features ``features=True`` returns.
+    """
 
     def __init__(self, embedding: TokenEmbedding, positional: PositionalEncoding, layers: list[DecoderLayer],
-                 final_norm: nn.Module, output: nn.Linear, dropout: float = 0.0):
+                 final_norm: nn.Module, output: nn.Linear, dropout: float = 0.0, output_scale: float = 1.0):
         super().__init__()
         self.embedding, self.positional = embedding, positional
         self.layers = nn.ModuleList(layers)
         self.final_norm = final_norm
         self.output = output
+        self.output_scale = output_scale
         self.dropout = Dropout(dropout)
 
     def init_state(self, memory: Memory) -> TransformerState:
@@ -166,6 +171,8 @@ class TransformerDecoder(nn.Module):
             state.position += tokens.size(1)
         attention = torch.stack(weights, dim=1) if need_attention else None
         x = self.final_norm(x)
+        if self.output_scale != 1.0:
+            x = x * self.output_scale
         return (x if features else self.output(x)), attention
 
 

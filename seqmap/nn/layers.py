@@ -53,8 +53,10 @@ def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:
     raise ValueError(f"unknown norm {kind!r}; choose layernorm or rmsnorm")
 
 
-# gelu_tanh: GELU's tanh approximation (GPT-2); silu: swish (Marian); swiglu: gated (Shazeer 2020)
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu")
+# gelu_tanh: GELU's tanh approximation (GPT-2); silu: swish (Marian); swiglu, geglu, geglu_tanh: gated (Shazeer
+# 2020) by silu, GELU or its tanh approximation (geglu_tanh: T5 v1.1's and Flan-T5's gated-gelu)
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "geglu_tanh")
+GATED = ("swiglu", "geglu", "geglu_tanh")  # activations whose w1 holds a gate and an up projection
 
 
 class FeedForward(nn.Module):
@@ -62,24 +64,29 @@ class FeedForward(nn.Module):
 
     relu / gelu: w2(dropout(act(w1 x))).
     swiglu (Shazeer 2020): w2(dropout(silu(x W_gate) * (x W_up))); ``w1`` holds
-    W_gate and W_up stacked, so the first product is one matmul.
+    W_gate and W_up stacked, so the first product is one matmul. geglu and
+    geglu_tanh gate by GELU (exact, or its tanh approximation) instead of silu.
+    ``bias=False``: no biases in w1 and w2 (T5).
     """
 
-    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0):
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0, bias: bool = True):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; choose {', '.join(ACTIVATIONS)}")
         self.activation = activation
-        self.w1 = nn.Linear(d_model, 2 * d_ff if activation == "swiglu" else d_ff)
-        self.w2 = nn.Linear(d_ff, d_model)
+        self.w1 = nn.Linear(d_model, 2 * d_ff if activation in GATED else d_ff, bias=bias)
+        self.w2 = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         if self.activation == "relu":
             h = linear_relu(self.w1, x)  # one pass when w1 is packed (seqmap.nn.packed)
-        elif self.activation == "swiglu":
+        elif self.activation in GATED:
             gate, up = self.w1(x).chunk(2, dim=-1)
-            h = F.silu(gate) * up
+            if self.activation == "swiglu":
+                h = F.silu(gate) * up
+            else:
+                h = F.gelu(gate, approximate="tanh" if self.activation == "geglu_tanh" else "none") * up
         elif self.activation == "silu":
             h = F.silu(self.w1(x))
         else:

@@ -283,23 +283,27 @@ class MultiHeadAttention(nn.Module):
             of H: grouped-query). Default H.
         dropout: dropout on the attention weights.
         bias: whether the projections have biases.
+        scale: the scores' scale; None = 1 / sqrt(Dh). T5 uses 1.0 (its initialisation holds the scale).
+        head_dim: Dh, the width of each head; None = d_model / n_heads. Heads of another width
+            (T5's d_kv) attend in H Dh dimensions, which out_proj maps back to D.
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
-                 dropout: float = 0.0, bias: bool = True):
+                 dropout: float = 0.0, bias: bool = True, scale: float | None = None, head_dim: int | None = None):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        if d_model % n_heads:
+        if head_dim is None and d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         if n_heads % n_kv_heads:
             raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.head_dim = d_model // n_heads
+        self.head_dim = d_model // n_heads if head_dim is None else head_dim
+        self.q_width = n_heads * self.head_dim  # D, unless head_dim says otherwise
         self.kv_width = n_kv_heads * self.head_dim
-        self.dropout = dropout
-        # rows [0, D) project queries, then keys, then values (as nn.MultiheadAttention's in_proj)
-        self.in_proj = nn.Linear(d_model, d_model + 2 * self.kv_width, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout, self.scale = dropout, scale
+        # rows [0, H Dh) project queries, then keys, then values (as nn.MultiheadAttention's in_proj)
+        self.in_proj = nn.Linear(d_model, self.q_width + 2 * self.kv_width, bias=bias)
+        self.out_proj = nn.Linear(self.q_width, d_model, bias=bias)
 
     # -- head split / merge ------------------------------------------------
     def _split(self, x: Tensor, heads: int) -> Tensor:
@@ -308,7 +312,7 @@ class MultiHeadAttention(nn.Module):
 
     def _merge(self, x: Tensor) -> Tensor:
         b, _, t, _ = x.shape
-        return x.transpose(1, 2).reshape(b, t, self.d_model)  # (B, T, D)
+        return x.transpose(1, 2).reshape(b, t, self.q_width)  # (B, T, H Dh)
 
     def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values (B, Hkv, S, Dh) of an encoder memory (B, S, D) for cross-attention.
@@ -316,7 +320,7 @@ class MultiHeadAttention(nn.Module):
         Computed once per source; decoding steps reuse them. Made contiguous (a copy, once) so
         that each step's matrix products read them as they are instead of copying them again.
         """
-        k, v = linear_rows(self.in_proj, memory, self.d_model, self.d_model + 2 * self.kv_width).split(
+        k, v = linear_rows(self.in_proj, memory, self.q_width, self.q_width + 2 * self.kv_width).split(
             self.kv_width, dim=-1)
         return self._split(k, self.n_kv_heads).contiguous(), self._split(v, self.n_kv_heads).contiguous()
 
@@ -352,7 +356,7 @@ class MultiHeadAttention(nn.Module):
         Returns:
             (output (B, T, D), weights (B, H, T, S) or None).
         """
-        q, k, v = self.in_proj(x).split((self.d_model, self.kv_width, self.kv_width), dim=-1)
+        q, k, v = self.in_proj(x).split((self.q_width, self.kv_width, self.kv_width), dim=-1)
         q, k, v = self._split(q, self.n_heads), self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
         bias = value_bias = value_positional = None
         positional = positional if positional is not None and positional.in_attention else None
@@ -366,10 +370,10 @@ class MultiHeadAttention(nn.Module):
                 if cache.shared >= SHARED_PREFIX_MIN:
                     prefix_k, prefix_v = cache.prefix
                     out = shared_prefix_attention(q, prefix_k, prefix_v, k[:, :, cache.shared:],
-                                                  v[:, :, cache.shared:])
+                                                  v[:, :, cache.shared:], scale=self.scale)
                 else:
                     keys, values, bias = cache.whole() if WHOLE_STORAGE_READS else (k, v, None)
-                    out, _ = scaled_dot_product_attention(q, keys, values, bias=bias)
+                    out, _ = scaled_dot_product_attention(q, keys, values, bias=bias, scale=self.scale)
                 return self.out_proj(self._merge(out)), None
         if positional is not None:
             k_pos = torch.arange(k.size(2), device=x.device)
@@ -379,10 +383,11 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         need_weights = need_weights or value_positional is not None
         out, weights = scaled_dot_product_attention(q, k, v, mask, bias, causal=causal, dropout_p=dropout_p,
-                                                    need_weights=need_weights)
+                                                    need_weights=need_weights, scale=self.scale)
         if value_bias is not None:  # a second softmax scores the queries against the values: the two are averaged
             out_v, weights_v = scaled_dot_product_attention(q, v, v, mask, value_bias, causal=causal,
-                                                            dropout_p=dropout_p, need_weights=need_weights)
+                                                            dropout_p=dropout_p, need_weights=need_weights,
+                                                            scale=self.scale)
             out = (out + out_v) / 2
             weights = None if weights is None else (weights + weights_v) / 2
         if value_positional is not None:
@@ -422,14 +427,15 @@ class MultiHeadAttention(nn.Module):
         rows, t, _ = x.shape
         sources = k.size(0)
         assert rows % sources == 0, f"{rows} query rows cannot share {sources} sources in equal blocks"
-        q = linear_rows(self.in_proj, x, 0, self.d_model)  # queries: the first D rows of in_proj
-        q = q.view(sources, rows // sources * t, self.d_model)  # (B_s, r T, D)
+        q = linear_rows(self.in_proj, x, 0, self.q_width)  # queries: the first H Dh rows of in_proj
+        q = q.view(sources, rows // sources * t, self.q_width)  # (B_s, r T, H Dh)
         out, weights = scaled_dot_product_attention(
             self._split(q, self.n_heads), k, v, mask,
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights,
+            scale=self.scale,
         )
-        out = self._merge(out).view(rows, t, self.d_model)
+        out = self._merge(out).view(rows, t, self.q_width)
         if weights is not None:  # (B_s, H, r T, S) -> (B, H, T, S)
             weights = weights.unflatten(2, (rows // sources, t)).transpose(1, 2).reshape(rows, self.n_heads, t, -1)
         return self.out_proj(out), weights

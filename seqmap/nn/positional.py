@@ -412,7 +412,7 @@ def build_positional(
     the others, which grow on demand. ``sinusoidal_layout`` orders the sinusoidal
     table's columns (``SINUSOIDAL_LAYOUTS``). Valid kinds: see ``POSITIONAL_KINDS``.
     """
-    if d_model % n_heads:
+    if d_model % n_heads and kind in ("relative", "relative_cp", "rope"):  # the others never read a head's width
         raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
     head_dim = d_model // n_heads
     if kind == "sinusoidal":

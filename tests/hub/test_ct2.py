@@ -101,6 +101,10 @@ ARCHITECTURES = {  # each a trained toy run: what the direct export must carry o
         "positional": "learned", "max_len": 160, "activation": "gelu", "share_vocab": False,
         "tie_embeddings": False, "scale_embeddings": False, "norm_position": "pre", "norm_eps": 1e-6},
     "pre-LN, swiglu": {"norm_position": "pre", "activation": "swiglu"},
+    "T5's options: geglu_tanh, no biases, unscaled attention, heads of their own width, rescaled output": {
+        "norm_position": "pre", "norm": "rmsnorm", "activation": "geglu_tanh", "linear_bias": False,
+        "scale_attention": False, "head_dim": 6, "scale_output": True, "scale_embeddings": False,
+        "output_bias": False},
 }
 
 

@@ -117,7 +117,8 @@ def test_a_seqmap_trained_transformer_exports_to_marian(tmp_path, shared, tied):
 def test_options_marian_lacks_are_refused_in_one_line(tmp_path):
     run = _trained(tmp_path)
     for key, value in [("norm_position", "pre"), ("positional", "rope"), ("sinusoidal_layout", "interleaved"),
-                       ("activation", "swiglu"), ("n_kv_heads", 1)]:
+                       ("activation", "swiglu"), ("n_kv_heads", 1), ("linear_bias", False),
+                       ("scale_attention", False), ("head_dim", 4), ("scale_output", True)]:
         changed = dataclasses.replace(run, cfg=dataclasses.replace(
             run.cfg, model=dataclasses.replace(run.cfg.model, **{key: value})))
         with pytest.raises(HubError, match=f"model.{key}=.* no MarianMT equivalent"):

@@ -68,7 +68,9 @@ def test_incremental_decoding_equals_teacher_forcing(family, positional, norm_po
 @pytest.mark.parametrize("variant", [
     dict(n_kv_heads=1), dict(n_kv_heads=2), dict(activation="swiglu", norm="rmsnorm"),
     dict(activation="gelu"), dict(relative_values=True, positional="relative"),
-    dict(tie_embeddings=False), dict(scale_embeddings=False)])
+    dict(tie_embeddings=False), dict(scale_embeddings=False),
+    dict(activation="geglu_tanh", linear_bias=False, scale_attention=False, head_dim=6, positional="t5",
+         norm="rmsnorm")])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_incremental_decoding_for_layer_variants(family, variant):
     model = make(family, **variant)
@@ -260,6 +262,12 @@ def test_the_edges_of_the_positional_options_build():
     (dict(positional="absolute"), "sinusoidal"),
     (dict(norm_position="middle"), "norm_position"),
     (dict(dropout=1.5), "dropout"),
+    (dict(head_dim=0), "model.head_dim must be > 0"),
+    (dict(head_dim=6, positional="rope"), "model.head_dim=6 cannot go with model.positional=rope"),
+    (dict(scale_attention=False, positional="relative"), "model.scale_attention=false cannot go with model.posit"),
+    (dict(family="lm", scale_output=True), "model.scale_output=true scales an encoder-decoder's decoder output"),
+    (dict(family="rnn", linear_bias=False, scale_attention=False), "model.linear_bias=False and "
+                                                                   "model.scale_attention=False change multi-head"),
 ])
 def test_config_rejects_bad_values(cfg, message):
     with pytest.raises(ConfigError, match=message):
@@ -279,6 +287,32 @@ def test_features_through_the_output_layer_are_the_logits(family, tie):
     assert (model.output_layer.weight is model.decoder.embedding.weight if family == "transformer"
             else model.output_layer.weight is model.embedding.weight) == tie
     torch.testing.assert_close(model.output_layer(features), model(src, src_mask, tgt))
+
+
+T5_OPTIONS = dict(positional="t5", norm="rmsnorm", activation="geglu_tanh", linear_bias=False, scale_attention=False,
+                  scale_embeddings=False, head_dim=6, share_vocab=True, src_vocab=TGT_V)  # an imported T5's
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_t5_options_keep_the_invariants(tie):
+    """The options a T5 maps onto (``seqmap.hub.t5``), with the rescaled output: no bias anywhere, features times
+    the output layer are the logits, padding and the future change nothing, every parameter learns."""
+    model = make(**T5_OPTIONS, tie_embeddings=tie, scale_output=tie)
+    assert not [name for name, _ in model.named_parameters() if name.endswith(".bias")]
+    assert model.decoder.output_scale == (32**-0.5 if tie else 1.0)
+    src, src_mask, tgt = batch()
+    logits = model(src, src_mask, tgt)
+    torch.testing.assert_close(model.output_layer(model(src, src_mask, tgt, features=True)), logits)
+    torch.testing.assert_close(decode_incrementally(model, src, src_mask, tgt, [2, 1, 3]), logits, atol=1e-5, rtol=1e-5)
+    padded = torch.cat([src, torch.full((3, 2), PAD)], dim=1), torch.cat([src_mask, torch.zeros(3, 2, dtype=bool)], 1)
+    torch.testing.assert_close(model(*padded, tgt), logits, atol=1e-5, rtol=1e-5)
+    changed = tgt.clone()
+    changed[:, 4:] = 3
+    torch.testing.assert_close(model(src, src_mask, changed)[:, :4], logits[:, :4], atol=1e-6, rtol=1e-6)
+    model.train()
+    model(src, src_mask, tgt).logsumexp(-1).mean().backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and bool(p.grad.isfinite().all()), name
 
 
 @pytest.mark.parametrize("index, sources, per_source", [

@@ -111,20 +111,29 @@ def test_token_embedding_is_scaled_by_sqrt_d_and_pad_row_is_zero():
     torch.testing.assert_close(unscaled(tokens)[0, 1], unscaled.weight[3])
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu", "swiglu"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "swiglu", "geglu", "geglu_tanh"])
 def test_feed_forward_shapes_and_activation(activation):
     torch.manual_seed(3)
     ff = FeedForward(D, F, activation)
     x = torch.randn(2, 5, D)
     assert ff(x).shape == x.shape
     h = ff.w1(x)
-    if activation == "swiglu":
+    if activation in ("swiglu", "geglu", "geglu_tanh"):
         assert ff.w1.out_features == 2 * F
         gate, up = h.chunk(2, -1)
-        expected = ff.w2(torch.nn.functional.silu(gate) * up)
+        gelu = torch.nn.functional.gelu(gate, approximate="tanh" if activation == "geglu_tanh" else "none")
+        expected = ff.w2((torch.nn.functional.silu(gate) if activation == "swiglu" else gelu) * up)
     else:
         expected = ff.w2(torch.relu(h) if activation == "relu" else torch.nn.functional.gelu(h))
     torch.testing.assert_close(ff(x), expected)
+
+
+def test_feed_forward_without_biases_has_none():
+    ff = FeedForward(D, F, "geglu_tanh", bias=False)
+    assert ff.w1.bias is None and ff.w2.bias is None
+    x = torch.randn(2, 5, D)
+    gate, up = (x @ ff.w1.weight.t()).chunk(2, -1)
+    torch.testing.assert_close(ff(x), (torch.nn.functional.gelu(gate, approximate="tanh") * up) @ ff.w2.weight.t())
 
 
 def test_feed_forward_rejects_unknown_activation():

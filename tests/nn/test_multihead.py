@@ -282,6 +282,24 @@ def test_grouped_query_shapes_and_equivalent_multi_head(n_kv_heads):
     _close(gqa.cross_attention(x, gqa.project_memory(memory))[0], mha.cross_attention(x, mha.project_memory(memory))[0])
 
 
+def test_unscaled_heads_of_their_own_width_match_the_formula():
+    """``scale=1.0`` (no 1/sqrt(Dh): T5) and ``head_dim`` other than D / H (T5's d_kv): softmax(q k^T) v per head,
+    over H * head_dim dimensions that out_proj maps back to D; cached steps give the full pass."""
+    mha = MultiHeadAttention(D, 3, bias=False, scale=1.0, head_dim=5).eval()
+    assert mha.in_proj.weight.shape == (45, D) and mha.out_proj.weight.shape == (D, 15)
+    x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
+    q, k, v = (x @ mha.in_proj.weight.t()).view(B, T, 3, 3, 5).permute(2, 0, 3, 1, 4)  # each (B, 3, T, 5)
+    scores = (q @ k.transpose(-2, -1)).masked_fill(~causal_mask(T), float("-inf"))
+    expected = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, 15) @ mha.out_proj.weight.t()
+    full, _ = mha.self_attention(x, causal=True)
+    _close(full, expected)
+    _close(_decode(mha, x, [2, 1, 3])[0], full)
+    q = (x @ mha.in_proj.weight[:15].t()).view(B, T, 3, 5).transpose(1, 2)
+    k, v = (memory @ mha.in_proj.weight[15:].t()).view(B, S, 2, 3, 5).permute(2, 0, 3, 1, 4)
+    expected = ((q @ k.transpose(-2, -1)).softmax(-1) @ v).transpose(1, 2).reshape(B, T, 15) @ mha.out_proj.weight.t()
+    _close(mha.cross_attention(x, mha.project_memory(memory))[0], expected)
+
+
 @pytest.mark.parametrize(
     ("d_model", "n_heads", "n_kv_heads", "message"),
     [(10, 4, None, "d_model=10"), (16, 4, 3, "n_kv_heads=3"), (16, 4, 8, "n_kv_heads=8")],
