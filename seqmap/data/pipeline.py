@@ -3,11 +3,13 @@
     texts (bundled corpus, TSV, aligned files or plain text)
       -> tokenizer(s), trained on the training text and saved in RUN_DIR/tokenizer (the data options
          they were fitted with beside it, in RUN_DIR/tokenizer_data.yaml)
-      -> token ids, cached in RUN_DIR/cache (a second run does not tokenize again)
+      -> token ids: the training split as a prepared corpus of memory-mapped arrays (``prepare.py``;
+         RUN_DIR/prepared or data.prepared_dir, reused by later runs), the other splits cached in RUN_DIR/cache
       -> empty and over-long pairs filtered, and counted in the log
 
-Translation data becomes lists of (src_ids, tgt_ids); language-model data one
-long stream of ids per split. With a character tokenizer the LM stream is the
+Translation training data becomes ``PairRows`` (rows read from the memory map per batch), validation
+data lists of (src_ids, tgt_ids); language-model data one long stream of ids per split (memory-mapped
+for training). With a character tokenizer the LM stream is the
 raw text (newlines are characters, as nanoGPT trains); otherwise each line ends
 with EOS (as the PTB recipes do).
 

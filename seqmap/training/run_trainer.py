@@ -4,7 +4,8 @@
     RUN_DIR/provenance.json     where and with what it was trained (``seqmap.provenance``; also train.log's start)
     RUN_DIR/tokenizer/          the tokenizer(s), trained on the training text
     RUN_DIR/tokenizer_data.yaml the data options they were fitted with
-    RUN_DIR/cache/              token ids, so a second run does not tokenize again
+    RUN_DIR/prepared/           the training split as memory-mapped token ids (or data.prepared_dir, shared)
+    RUN_DIR/cache/              the validation split's token ids
     RUN_DIR/train.log           what was printed
     RUN_DIR/metrics.jsonl       train / valid / test events, one JSON object per line
     RUN_DIR/checkpoints/        step-N/ (weights, optimizer, RNG, data position, config, tokenizer)
