@@ -5,8 +5,9 @@
     python bench/data_scale.py --baseline-tree /tmp/old --baseline-sizes 100000 1000000
     python bench/data_scale.py --json out.json                   # also write the rows as JSON
 
-Per corpus size it writes a synthetic parallel corpus (Zipf-distributed words over a 30,000-word vocabulary
-per side, 10-40 words a sentence; the target is the source word by word through a fixed dictionary, reversed)
+Per corpus size it writes a synthetic parallel corpus (Zipf-distributed pseudo-words over a 30,000-word
+vocabulary per side, 10-40 words a sentence; the target is the source word by word through a fixed dictionary,
+reversed)
 or reads a user's (``--train FILE.tsv``), then measures, each in a fresh process:
 
 * prepare: the tokenizer fit (``data.tokenizer_sample``) and the encoding into the memory-mapped prepared
@@ -49,10 +50,19 @@ def synthetic_corpus(path: Path, pairs: int, seed: int = 0, vocab: int = 30_000)
     if path.is_file():
         return path
     rng = np.random.default_rng(seed)
-    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    syllables = [a + b + c for a in "bdfgklmnprstvwz" for b in "aeiou" for c in ("", "n", "r", "s")]
 
     def words(n: int) -> np.ndarray:
-        return np.array(["".join(rng.choice(letters, int(rng.integers(2, 10)))) + str(i % 7) for i in range(n)])
+        """Distinct pseudo-words of syllables, the frequent ones short (as in a natural language, so BPE splits
+        them about as finely as it splits English or German)."""
+        out, seen = [], set()
+        while len(out) < n:
+            size = 1 + min(3, int(rng.exponential(0.35 + 2.5 * len(out) / n)))
+            word = "".join(rng.choice(syllables, size))
+            if word not in seen:
+                seen.add(word)
+                out.append(word)
+        return np.array(out)
 
     src_words, tgt_words = words(vocab), words(vocab)
     ranks = 1.0 / np.arange(1, vocab + 1)
