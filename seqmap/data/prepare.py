@@ -105,11 +105,13 @@ def _key(kind: str, source: Source, tokenizer: str) -> str:
     return f"{kind}-{hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]}"
 
 
-def _matches(store: TokenStore, tokenizer: str | None) -> bool:
+def _mismatch(store: TokenStore, tokenizer: str | None) -> str | None:
+    """Why ``store`` cannot serve a run with this tokenizer fingerprint (None: any), or None when it can."""
     identity = store.meta.get("identity", {})
     if tokenizer is not None and identity.get("tokenizer") != tokenizer:
-        return False
-    return all(_unchanged(f) for f in identity.get("files", []))
+        return "another tokenizer"
+    changed = [f["path"] for f in identity.get("files", []) if not _unchanged(f)]
+    return f"{changed[0]} changed since" if changed else None
 
 
 def _fingerprint(src: Tokenizer, tgt: Tokenizer) -> str:
@@ -155,8 +157,10 @@ def prepare(cfg: DataConfig, source: Source, run_dir: Path, kind: str, columns: 
         if not (path / "store.json").is_file():
             continue
         store = TokenStore.open(path, rebuild)
-        if not _matches(store, None if own is None else _fingerprint(*own)):
-            log(f"prepared corpus {path}: its training files changed since; preparing it again")
+        why = _mismatch(store, None if own is None else _fingerprint(*own))
+        if why is not None:
+            if why != "another tokenizer":  # a store of another tokenizer is another run's, not stale
+                log(f"prepared corpus {path}: {why}; preparing it again")
             continue
         if own is None:
             record()

@@ -91,7 +91,7 @@ def test_changed_text_or_tokenizer_prepares_again_and_a_touched_file_does_not(tm
     text = train.read_text()
     train.write_text(text.replace("dog", "cat", 1))  # the same size, other content
     _, log = loaded(cfg, tmp_path / "c")
-    assert "changed since; preparing it again" in log and "encoded with" in log
+    assert f"{train.resolve()} changed since; preparing it again" in log and "encoded with" in log
     train.write_text(text + "big dog\tdog big\n")  # another size: another key
     _, log = loaded(cfg, tmp_path / "d")
     assert "encoded with" in log
