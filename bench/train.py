@@ -6,6 +6,7 @@
     python bench/train.py --json out.json   # also write the rows as JSON
     python bench/train.py --profile --no-real   # also: where each step's time goes (torch.profiler)
     python bench/train.py --no-real --impls seqmap,seqmap_logits,seqmap_logits_torchdrop,marian   # ablation
+    python bench/train.py --impls seqmap,seqmap_convs2s,torch   # beside it: ConvS2S of a similar size
 
 The shape (issue 5): 3 + 3 layers, d_model 256, 4 heads, feed-forward 1024 (ReLU), post-LayerNorm,
 one vocabulary of 8000 shared by source, target and output layer (tied), sinusoidal positions,
@@ -26,6 +27,9 @@ Implementations (all PyTorch, all fp32 on the CPU, each in train mode with dropo
   ``label_smoothing``. (nn.Transformer adds a final LayerNorm to each stack; seqmap's post-LN does not.)
 * marian: ``MarianMTModel`` built from a ``MarianConfig`` of the same shape (its default attention
   implementation), loss as for torch.
+* seqmap_convs2s (not a peer: another architecture of a similar parameter count, beside the Transformer):
+  ``configs/multi30k_de_en_convs2s.yaml``'s ConvS2S, logits then ``label_smoothed_nll``. Its GFLOP/s and
+  MFU are not computed (``step_flops`` counts a Transformer's matmuls): nan.
 
 Two measurements:
 
@@ -170,11 +174,30 @@ class Marian(nn.Module):
         return self.model(input_ids=src, attention_mask=attn, decoder_input_ids=tgt_in).logits
 
 
+def build_seqmap_convs2s() -> nn.Module:
+    """ConvS2S of the Multi30k rung (E 256, C 256, kernel 3, 4 + 3 layers, dropout 0.25), returning logits."""
+    cfg = ModelConfig(family="convs2s", src_vocab=SHAPE["vocab"], tgt_vocab=SHAPE["vocab"], pad_id=PAD,
+                      emb_size=256, hidden_size=256, kernel_size=3, enc_layers=4, dec_layers=3, dropout=0.25,
+                      positional="learned", share_vocab=True, tie_embeddings=True)
+    model = build_model(cfg)
+
+    class Seqmap(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, src, src_pad, tgt_in):
+            return self.model(src, None if src_pad is None else ~src_pad, tgt_in)
+
+    return Seqmap()
+
+
 IMPLS: dict[str, Callable[[], nn.Module]] = {
     "seqmap": build_seqmap, "torch": TorchTransformer, "marian": Marian,
     # ablations of seqmap (not peers): logits then label_smoothed_nll; and with torch's dropout as well
     "seqmap_logits": lambda: build_seqmap(features=False),
     "seqmap_logits_torchdrop": lambda: build_seqmap(features=False, torch_dropout=True),
+    "seqmap_convs2s": build_seqmap_convs2s,  # beside the Transformer, not a peer (see the module docstring)
 }
 
 
@@ -275,9 +298,10 @@ def fixed_batch(args, trainees: list[Trainee], peak: float) -> list[dict]:
     rows = []
     for t in trainees:
         median = statistics.median(times[t.name])
+        f = math.nan if t.name == "seqmap_convs2s" else flops  # step_flops counts a Transformer's matmuls
         rows.append(dict(bench="fixed_batch", impl=t.name, params=t.params, batch=batch, src_len=length,
                          tgt_len=length, tgt_tokens=batch * length, step_s=median, tok_s=batch * length / median,
-                         gflop_s=flops / median / 1e9, mfu=flops / median / peak, samples_s=times[t.name]))
+                         gflop_s=f / median / 1e9, mfu=f / median / peak, samples_s=times[t.name]))
     return rows
 
 
@@ -441,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--impls", default="seqmap,torch,marian",
                    help="comma-separated subset of seqmap,torch,marian; also seqmap_logits and "
-                        "seqmap_logits_torchdrop (seqmap without its fused output loss, and also without its dropout)")
+                        "seqmap_logits_torchdrop (seqmap without its fused output loss, and also without its dropout), "
+                        "and seqmap_convs2s (ConvS2S of a similar size)")
     p.add_argument("--tokens", type=int, default=4096, help="target tokens per batch")
     p.add_argument("--length", type=int, default=32, help="fixed batch: source and target length")
     p.add_argument("--steps", type=int, default=10, help="fixed batch: timed steps per implementation")

@@ -16,6 +16,8 @@ Shape legend (used in every docstring and shape comment)
     D   model width (d_model)
     Dh  width of one head (D // H)
     F   feed-forward width (d_ff)
+    E   embedding width of the RNN and ConvS2S families (emb_size)
+    C   channels of a convolution (ConvS2S: hidden_size)
     V   vocabulary size
     L   number of layers
 

@@ -57,6 +57,9 @@ __all__ = [
 ]
 
 
+CONVS2S_POSITIONS = ("learned", "sinusoidal", "none")  # model.positional of convs2s: added to the embeddings
+
+
 def _choice(section: str, name: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:
         raise ConfigError(f"{section}.{name} = {value!r} is not valid; choose one of {list(allowed)}")
@@ -76,6 +79,8 @@ class ModelConfig:
     #                               | vit (Vision Transformer: image patches + the classifier, data.task=image)
     #                               | gat (graph attention network, data.task=graph: d_model = hidden width,
     #                                 n_heads its heads, dropout on inputs, attention_dropout on attention)
+    #                               | convs2s (convolutional encoder-decoder, Gehring et al. 2017: emb_size,
+    #                                 hidden_size = channels, kernel_size, enc_layers, dec_layers, dropout)
     src_vocab: int = 0  # source vocabulary size (set from the tokenizer by `train`; unused by lm)
     tgt_vocab: int = 0  # target vocabulary size (the LM's vocabulary)
     pad_id: int = 0  # padding token id (its embedding is kept at zero)
@@ -143,21 +148,25 @@ class ModelConfig:
     conv_kernel: int = 15  # speech, conformer: frames seen by the depthwise convolution (odd)
     ctc_weight: float = 0.0  # speech: weight of a CTC loss on the encoder in training (0 = attention alone)
 
-    # RNN encoder-decoder
+    # RNN encoder-decoder (and ConvS2S: emb_size, hidden_size)
     rnn_cell: str = "lstm"  # rnn | lstm | gru
-    emb_size: int = 256  # RNN token embedding width
-    hidden_size: int = 512  # RNN hidden width (per direction in the encoder)
+    emb_size: int = 256  # RNN token embedding width; convs2s: width E of embeddings, attention and output
+    hidden_size: int = 512  # RNN hidden width (per direction in the encoder); convs2s: channels C of every conv
     bidirectional: bool = True  # bidirectional RNN encoder
     rnn_attention: str = "bahdanau"  # none | bahdanau | dot | general | concat
     input_feeding: bool = True  # Luong input feeding: previous attentional vector joins the next input
     context_every_step: bool = False  # rnn_attention=none: feed the fixed context at every step (Cho et al.)
     reverse_source: bool = False  # family rnn: the encoder reads each source backwards (Sutskever et al. 2014)
 
+    # ConvS2S (positions: learned as in the paper, or sinusoidal or none, added to the embeddings)
+    kernel_size: int = 3  # convs2s: width k of every convolution (the encoder's centred; the decoder's causal,
+    #                       reading the k - 1 previous positions)
+
     def __post_init__(self) -> None:
         s = "model"
         check_types(self, s)
         _choice(s, "family", self.family, ("transformer", "lm", "rnn", "rnn_lm", "classifier", "vit", "gat",
-                                           "speech"))
+                                           "speech", "convs2s"))
         _choice(s, "graph_attention", self.graph_attention, ("sparse", "dense"))
         _positive(s, "out_heads", self.out_heads)
         _choice(s, "pooling", self.pooling, ("cls", "mean"))
@@ -197,7 +206,7 @@ class ModelConfig:
         if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
             raise ConfigError(f"model.positional=rope needs an even head width d_model / n_heads, got "
                               f"{self.d_model} / {self.n_heads} = {self.d_model // self.n_heads}")
-        if self.positional == "relative_cp" and self.family in ("rnn", "rnn_lm", "gat"):
+        if self.positional == "relative_cp" and self.family in ("rnn", "rnn_lm", "gat", "convs2s"):
             raise ConfigError(f"model.positional=relative_cp acts inside Transformer self-attention, which "
                               f"model.family={self.family} has none of; remove it, or use model.family transformer, "
                               "lm, classifier, vit or speech")
@@ -209,6 +218,14 @@ class ModelConfig:
         if self.copy and self.family != "transformer":
             raise ConfigError(f"model.copy=true is for model.family=transformer (got {self.family!r}); remove it, "
                               "or use the Transformer encoder-decoder")
+        if self.family == "convs2s" and self.positional not in CONVS2S_POSITIONS:
+            raise ConfigError(f"model.positional={self.positional} acts inside attention scores, and convs2s adds "
+                              f"positions to its embeddings; use one of {', '.join(CONVS2S_POSITIONS)}")
+        if self.kernel_size < 2:
+            raise ConfigError(f"model.kernel_size must be >= 2 (a convolution of width 1 sees no neighbour), got "
+                              f"{self.kernel_size}")
+        if self.kernel_size != 3 and self.family != "convs2s":
+            raise ConfigError(f"model.kernel_size is for model.family=convs2s (got {self.family!r}); remove it")
         if self.reverse_source and self.family != "rnn":
             raise ConfigError(f"model.reverse_source=true is for model.family=rnn (got {self.family!r}); "
                               "remove it, or use the RNN encoder-decoder")
@@ -587,7 +604,7 @@ class RunConfig:
             if self.train.accum_steps != 1:
                 raise ConfigError(f"data.task=graph takes one full-graph step per epoch; train.accum_steps must "
                                   f"be 1, got {self.train.accum_steps}")
-        if m.positional == "learned" and m.family in ("transformer", "lm", "classifier"):
+        if m.positional == "learned" and m.family in ("transformer", "lm", "classifier", "convs2s"):
             longest = max(d.context, d.eval_context) if d.task == "lm" else max(d.max_len, d.max_src_len) + 1
             what = ("data.context / data.eval_context" if d.task == "lm"
                     else "data.max_len + 1 (CLS)" if d.task == "classification"

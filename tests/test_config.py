@@ -98,6 +98,9 @@ def test_cross_section_checks_name_both_options():
         from_dict(RunConfig, {"data": {"task": "lm"}})
     with pytest.raises(ConfigError, match=r"model.max_len=64 learned positions cannot cover data.max_len \+ 1"):
         from_dict(RunConfig, {"model": {"positional": "learned", "max_len": 64}, "data": {"max_len": 64}})
+    with pytest.raises(ConfigError, match=r"model.max_len=64 learned positions cannot cover data.max_len \+ 1"):
+        from_dict(RunConfig, {"model": {"family": "convs2s", "positional": "learned", "max_len": 64},
+                              "data": {"max_len": 64}})
     with pytest.raises(ConfigError, match="cannot cover data.context / data.eval_context = 512"):
         from_dict(RunConfig, {"model": {"family": "lm", "positional": "learned", "max_len": 256},
                               "data": {"task": "lm", "context": 256, "eval_context": 512}})
@@ -190,9 +193,10 @@ def test_every_bad_value_is_repeated_in_its_message(data, message):
     assert str(info.value) == message
 
 
-@pytest.mark.parametrize("family", ["transformer", "lm", "classifier", "vit", "speech", "rnn", "rnn_lm", "gat"])
+@pytest.mark.parametrize("family", ["transformer", "lm", "classifier", "vit", "speech", "rnn", "rnn_lm", "gat",
+                                    "convs2s"])
 def test_relative_cp_is_refused_in_one_line_where_there_is_no_transformer_self_attention(family):
-    if family not in ("rnn", "rnn_lm", "gat"):
+    if family not in ("rnn", "rnn_lm", "gat", "convs2s"):
         assert ModelConfig(family=family, positional="relative_cp").positional == "relative_cp"
         return
     with pytest.raises(ConfigError) as info:

@@ -29,9 +29,9 @@ def add_parser(commands) -> None:
         "plot", allow_abbrev=False, help="attention heatmaps, learning curves, positional encodings",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="attention RUN_DIR --text T: heatmaps of what each output token attended to\n"
-                    "  (source x output; Transformers: every layer and head, or --layer/--head;\n"
-                    "  --self encoder for the encoder's self-attention; --copy for a pointer-generator's\n"
-                    "  copy head, with each output's p_gen).\n"
+                    "  (source x output; Transformers: every layer and head, ConvS2S: every decoder layer,\n"
+                    "  or --layer/--head; --self encoder for the encoder's self-attention; --copy for a\n"
+                    "  pointer-generator's copy head, with each output's p_gen).\n"
                     "attention RUN_DIR --image FILE: an image classifier (ViT): attention rollout and the\n"
                     "  last layer's class-token attention over the image.\n"
                     "attention RUN_DIR --node ID: a graph run (model.family gat): the node's attention over\n"

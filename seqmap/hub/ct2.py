@@ -70,6 +70,10 @@ def export_ct2(run, out_dir: str | os.PathLike, quantization: str | None = None)
     _ctranslate2()
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise HubError(f"--quantization {quantization!r} is not one of CTranslate2's: {', '.join(QUANTIZATIONS)}")
+    family = run.cfg.model.family
+    if family not in _KINDS:
+        raise HubError(f"{run.checkpoint}: model.family={family}; CTranslate2 takes an "
+                       f"{' or a '.join(f'{kind} (family {name})' for name, kind in _KINDS.items())}")
     out = fresh_out(out_dir)
     if writes_spec(run):
         spec = transformer_spec(run) if run.cfg.model.family == "transformer" else lm_spec(run)

@@ -12,6 +12,7 @@ from torch import nn
 from seqmap.config import ConfigError, ModelConfig
 from seqmap.data.tokenizer_base import UNK
 from seqmap.models.classifier import TransformerClassifier
+from seqmap.models.convs2s import ConvS2S, ConvS2SAttention, ConvS2SDecoder, ConvS2SDecoderLayer, ConvS2SEncoder
 from seqmap.models.gat import GAT
 from seqmap.models.lm import DecoderOnlyLM
 from seqmap.models.rnn_lm import RNNLM
@@ -20,14 +21,16 @@ from seqmap.models.transformer import Transformer, TransformerDecoder, Transform
 from seqmap.nn.audio import AudioFrontEnd
 from seqmap.nn.conformer import ConformerLayer, ConvModule
 from seqmap.nn.copy import CopyHead
+from seqmap.nn.glu_conv import CausalGLUConv, GLUConv, scaled_linear
 from seqmap.nn.layers import DecoderLayer, EncoderLayer, FeedForward, TokenEmbedding, make_norm
 from seqmap.nn.multihead import MultiHeadAttention
 from seqmap.nn.patches import PatchEmbedding
-from seqmap.nn.positional import build_positional
+from seqmap.nn.positional import LearnedPositional, build_positional
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
-    """Build the model family named by ``cfg.family`` (transformer, lm, rnn, rnn_lm, classifier, vit, gat, speech)."""
+    """Build the model family named by ``cfg.family`` (transformer, lm, rnn, rnn_lm, classifier, vit, gat, speech,
+    convs2s)."""
     if cfg.family == "gat":
         return build_gat(cfg)
     if cfg.tgt_vocab <= 0 and cfg.family != "vit":
@@ -40,6 +43,8 @@ def build_model(cfg: ModelConfig) -> nn.Module:
         raise ConfigError("model.src_vocab must be set (> 0): the size of the source vocabulary")
     if cfg.family == "transformer":
         return build_transformer(cfg)
+    if cfg.family == "convs2s":
+        return build_convs2s(cfg)
     if cfg.family == "classifier":
         return build_classifier(cfg, cfg.n_classes, cfg.pooling)
     if cfg.family == "lm":
@@ -128,6 +133,41 @@ def build_transformer(cfg: ModelConfig) -> Transformer:
     model = Transformer(encoder, decoder, CopyHead(cfg.d_model) if cfg.copy else None, unk_id=UNK)
     _init_linears(model)
     return model
+
+
+CONVS2S_EMBEDDING_STD = 0.1  # Gehring et al.: every embedding (tokens and positions) starts from N(0, 0.1)
+
+
+def _convs2s_positional(cfg: ModelConfig):
+    """The absolute positions of one ConvS2S stack, E wide; a learned table starts from N(0, 0.1)."""
+    positional = build_positional(cfg.positional, d_model=cfg.emb_size, n_heads=1, max_len=cfg.max_len,
+                                  causal=False, sinusoidal_layout=cfg.sinusoidal_layout)
+    if isinstance(positional, LearnedPositional):
+        nn.init.normal_(positional.table.weight, std=CONVS2S_EMBEDDING_STD)
+    return positional
+
+
+def build_convs2s(cfg: ModelConfig) -> ConvS2S:
+    """ConvS2S (Gehring et al. 2017) from ``cfg``: emb_size E, hidden_size C, kernel_size k, enc_layers,
+    dec_layers, dropout, positional (learned, sinusoidal or none), max_len, tie_embeddings, share_vocab,
+    output_bias. Embeddings are not scaled (scale_embeddings is for Transformers); the paper's
+    initialisation is in the modules (``seqmap.nn.glu_conv``)."""
+    if cfg.share_vocab and cfg.src_vocab != cfg.tgt_vocab:
+        raise ConfigError(f"model.share_vocab=true needs src_vocab == tgt_vocab (got {cfg.src_vocab} and "
+                          f"{cfg.tgt_vocab}); use a joint vocabulary or set model.share_vocab=false")
+    e, c, k, p = cfg.emb_size, cfg.hidden_size, cfg.kernel_size, cfg.dropout
+    tgt_embedding = TokenEmbedding(cfg.tgt_vocab, e, cfg.pad_id, scale=False, std=CONVS2S_EMBEDDING_STD)
+    src_embedding = (tgt_embedding if cfg.share_vocab
+                     else TokenEmbedding(cfg.src_vocab, e, cfg.pad_id, scale=False, std=CONVS2S_EMBEDDING_STD))
+    encoder = ConvS2SEncoder(src_embedding, _convs2s_positional(cfg),
+                             [GLUConv(c, k, p) for _ in range(cfg.enc_layers)], c, p,
+                             grad_scale=1.0 / (2 * cfg.dec_layers))  # each attention reads z twice
+    output = scaled_linear(e, cfg.tgt_vocab, p, bias=cfg.output_bias)  # dropout precedes it
+    if cfg.tie_embeddings:
+        output.weight = tgt_embedding.table.weight
+    layers = [ConvS2SDecoderLayer(CausalGLUConv(c, k, p), ConvS2SAttention(c, e)) for _ in range(cfg.dec_layers)]
+    decoder = ConvS2SDecoder(tgt_embedding, _convs2s_positional(cfg), layers, c, output, p)
+    return ConvS2S(encoder, decoder)
 
 
 def build_lm(cfg: ModelConfig) -> DecoderOnlyLM:

@@ -9,8 +9,8 @@ decoding, several at once to prefill a prompt or forced prefix. It returns logit
 (B, t, V), the new state, and, when ``need_attention=True``, the attention of the
 new tokens over the source as one 5-D shape for every family:
 (B, L, H, t, S) = (batch, layer, head, new tokens, source). RNN decoders return
-L = H = 1. A decoder-only model has no source; it returns its self-attention over
-the S keys seen so far instead.
+L = H = 1; ConvS2S one map per decoder layer, H = 1. A decoder-only model has no
+source; it returns its self-attention over the S keys seen so far instead.
 
 A decoder state supports ``reorder(index, *, same_sources=False)`` (keep batch
 rows ``index``, as beam search needs; ``same_sources=True`` promises that every
@@ -64,12 +64,15 @@ class Memory:
             states), or None.
         tokens: (B, S) the source ids, kept by a model that copies from its source
             (pointer-generator), or None.
+        values: (B, S, E) what attention mixes when it is not ``states`` (ConvS2S: encoder
+            output + source embedding, with ``states`` the keys), or None.
     """
 
     states: Tensor | None = None
     mask: Tensor | None = None
     final: Any = None
     tokens: Tensor | None = None
+    values: Tensor | None = None
 
     def index_select(self, index: Tensor) -> Memory:
         """Rows ``index`` of the batch (repeat a source per beam, drop finished rows)."""
@@ -78,6 +81,7 @@ class Memory:
             mask=map_tensors(lambda t: t.index_select(0, index), self.mask),
             final=map_tensors(lambda t: t.index_select(1, index), self.final),
             tokens=map_tensors(lambda t: t.index_select(0, index), self.tokens),
+            values=map_tensors(lambda t: t.index_select(0, index), self.values),
         )
 
 

@@ -22,12 +22,16 @@ from seqmap.nn.positional import PositionalEncoding
 
 
 class TokenEmbedding(nn.Module):
-    """Token ids (B, T) -> vectors (B, T, D), scaled by sqrt(D) as in Vaswani et al."""
+    """Token ids (B, T) -> vectors (B, T, D), scaled by sqrt(D) as in Vaswani et al.
 
-    def __init__(self, vocab_size: int, d_model: int, pad_id: int | None = 0, scale: bool = True):
+    ``std``: of the initial N(0, std) table (default D^-0.5; ConvS2S takes 0.1); the pad row is zero.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int | None = 0, scale: bool = True,
+                 std: float | None = None):
         super().__init__()
         self.table = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
-        nn.init.normal_(self.table.weight, std=d_model**-0.5)
+        nn.init.normal_(self.table.weight, std=d_model**-0.5 if std is None else std)
         if pad_id is not None:
             self.table.weight.data[pad_id].zero_()
         self.scale = math.sqrt(d_model) if scale else 1.0

@@ -273,6 +273,9 @@ class Engine:
             sizes = {"rnn_cell": m.rnn_cell, "emb_size": m.emb_size, "hidden_size": m.hidden_size,
                      "enc_layers": m.enc_layers, "dec_layers": m.dec_layers, "bidirectional": m.bidirectional,
                      "rnn_attention": m.rnn_attention}
+        elif m.family == "convs2s":
+            sizes = {"emb_size": m.emb_size, "hidden_size": m.hidden_size, "kernel_size": m.kernel_size,
+                     "enc_layers": m.enc_layers, "dec_layers": m.dec_layers, "positional": m.positional}
         elif m.family == "rnn_lm":
             sizes = {"rnn_cell": m.rnn_cell, "emb_size": m.emb_size, "hidden_size": m.hidden_size,
                      "dec_layers": m.dec_layers}

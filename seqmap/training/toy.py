@@ -87,7 +87,7 @@ def _sep_id(cfg: ToyConfig) -> int:
     return cfg.vocab
 
 
-TOY_FAMILIES = ("transformer", "rnn", "lm", "rnn_lm")  # the families that map a sequence to a sequence
+TOY_FAMILIES = ("transformer", "rnn", "convs2s", "lm", "rnn_lm")  # the families that map a sequence to a sequence
 LM_FAMILIES = ("lm", "rnn_lm")  # decoder-only: trained and decoded on <bos> src <sep> tgt <eos>
 
 

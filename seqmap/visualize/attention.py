@@ -158,7 +158,8 @@ def select_panels(weights, layer: int | None = None, head: int | str | None = No
 
     (T, S) weights give one untitled panel. (L, H, T, S) weights give the layer x head
     grid; ``layer`` keeps one row, ``head`` one column, both one panel;
-    ``head="mean"`` averages the heads of each layer.
+    ``head="mean"`` averages the heads of each layer. Single-headed attention (an RNN's,
+    ConvS2S's per decoder layer) is a column of layers, titled by layer alone.
     """
     w = np.asarray(torch.as_tensor(weights).detach().float().cpu())
     if w.ndim == 2:
@@ -175,6 +176,8 @@ def select_panels(weights, layer: int | None = None, head: int | str | None = No
         heads = range(n_heads) if head is None else [_index(head, n_heads, "head")]
         head_names = [f"head {h}" for h in range(n_heads)]
     maps = w[np.ix_(list(layers), list(heads))]  # (rows, cols, T, S)
+    if n_heads == 1:
+        return maps, [f"layer {layer_}" for layer_ in layers]
     titles = [f"layer {layer_} {head_names[h]}" for layer_ in layers for h in heads]
     return maps, titles
 
@@ -285,8 +288,8 @@ def plot_run_attention(run, text: str, path: str | Path, *, hypothesis: str | No
     if which == "encoder":
         weights = encoder_attention(model, src_ids, device=device)
         if weights is None:
-            raise NoAttentionError(f"{type(model).__name__} has no encoder self-attention (an RNN encoder is "
-                                   "recurrent); plot the cross-attention instead")
+            raise NoAttentionError(f"{type(model).__name__} has no encoder self-attention (its encoder is recurrent "
+                                   "or convolutional); plot the cross-attention instead")
         return plot_attention(weights, src_labels, src_labels, path, layer, head,
                               title or _title("encoder self", layer, head), xlabel="source (keys)",
                               ylabel="source (queries)")

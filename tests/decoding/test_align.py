@@ -108,6 +108,15 @@ def test_rnn_forced_attention_equals_step_by_step_decoding(attention):
     torch.testing.assert_close(weights, stepwise_attention(model, SRC, HYP), atol=1e-6, rtol=1e-5)
 
 
+def test_convs2s_forced_attention_equals_step_by_step_decoding_with_a_map_per_decoder_layer():
+    model = tiny("convs2s", emb_size=8, hidden_size=8, dec_layers=3)
+    weights = forced_attention(model, SRC, HYP)
+    assert weights.shape == (3, 1, len(HYP) + 1, len(SRC))  # (L_dec, H = 1, T, S): every layer attends
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 1, len(HYP) + 1))
+    torch.testing.assert_close(weights, stepwise_attention(model, SRC, HYP), atol=1e-6, rtol=1e-5)
+    assert encoder_attention(model, SRC) is None  # a convolutional encoder has no self-attention
+
+
 def test_rnn_without_attention_gives_none():
     model = tiny("rnn", rnn_attention="none")
     assert forced_attention(model, SRC, HYP) is None

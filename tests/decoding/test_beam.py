@@ -33,6 +33,7 @@ FAMILIES = {
     "lm-relative_cp": dict(family="lm", positional="relative_cp"),  # reordered caches
     "rnn-bahdanau": dict(family="rnn", rnn_attention="bahdanau", rnn_cell="lstm"),
     "rnn-none": dict(family="rnn", rnn_attention="none", rnn_cell="gru"),
+    "convs2s": dict(family="convs2s", kernel_size=3),  # per-layer windows of past inputs follow the beams
 }
 
 

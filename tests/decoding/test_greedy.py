@@ -190,7 +190,7 @@ def test_finished_rows_leave_the_batch_and_every_row_decodes_as_alone(trained_re
     assert torch.equal(without_scores.lengths, out.lengths)
 
 
-@pytest.mark.parametrize("family", ["transformer", "rnn", "lm", "rnn_lm"])
+@pytest.mark.parametrize("family", ["transformer", "rnn", "convs2s", "lm", "rnn_lm"])
 def test_rows_at_their_limit_leave_the_batch_in_every_family_and_decode_as_alone(family):
     """Rows of unequal limits (and, for the language models, prompts of unequal length) end at different
     steps; each family's state follows the dropped rows (``state.reorder``), so each row decodes as alone."""

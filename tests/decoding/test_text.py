@@ -63,7 +63,7 @@ class Spy:
         return self.model.decode_step(*args, **kw)
 
 
-@pytest.mark.parametrize("family", ["transformer", "rnn"])
+@pytest.mark.parametrize("family", ["transformer", "rnn", "convs2s"])
 def test_beam_equals_beam_search_per_sentence_under_any_token_budget(family):
     model = make(family)
     sources = ids(SOURCES * 3)
@@ -96,8 +96,9 @@ def test_n_best_gives_scored_lists_best_first():
         translate_texts(model, TOK, TOK, SOURCES, sample=True, n_best=2)
 
 
-def test_sampling_top_k_one_is_greedy_and_a_seed_reproduces():
-    model = make()
+@pytest.mark.parametrize("family", ["transformer", "convs2s"])
+def test_sampling_top_k_one_is_greedy_and_a_seed_reproduces(family):
+    model = make(family)
     greedy_texts = translate_texts(model, TOK, TOK, SOURCES)
     assert translate_texts(model, TOK, TOK, SOURCES, sample=True, top_k=1, seed=3) == greedy_texts
     hot = dict(sample=True, temperature=3.0, max_tokens=20)

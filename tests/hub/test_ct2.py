@@ -325,6 +325,28 @@ def test_relative_cp_positions_are_refused_by_every_export_in_one_line(tmp_path,
         assert "\n" not in str(error.value) and not (tmp_path / out).exists()
 
 
+def test_a_convs2s_run_is_refused_by_every_export_in_one_line_naming_its_family(tmp_path, capsys):
+    """CTranslate2, MarianMT and GPT-2 have no convolutional encoder-decoder: each export refuses a ConvS2S run
+    in one line naming model.family, and writes nothing."""
+    from seqmap.cli import main
+    from seqmap.models.convs2s import ConvS2S
+
+    run = _trained(tmp_path, family="convs2s", emb_size=8, hidden_size=8)
+    assert isinstance(run.model, ConvS2S)
+    for export, out, message in [
+            (export_ct2, "ct2", r"model.family=convs2s; CTranslate2 takes an encoder-decoder Transformer \(family "
+                                r"transformer\) or a decoder-only model \(family lm\)$"),
+            (export_hf, "hf", r"model.family=convs2s; seqmap exports lm \(as GPT2LMHeadModel\), transformer "
+                              r"\(as MarianMTModel")]:
+        with pytest.raises(HubError, match=message) as error:
+            export(run, tmp_path / out)
+        assert "\n" not in str(error.value) and not (tmp_path / out).exists()
+    capsys.readouterr()
+    assert main(["export", "ct2", str(tmp_path / "run"), "--out", str(tmp_path / "ct2")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model.family=convs2s; CTranslate2 takes" in err
+
+
 def test_another_runs_export_is_refused_in_one_line(tmp_path, capsys):
     import json
 

@@ -123,7 +123,9 @@ def test_options_marian_lacks_are_refused_in_one_line(tmp_path):
             run.cfg, model=dataclasses.replace(run.cfg.model, **{key: value})))
         with pytest.raises(HubError, match=f"model.{key}=.* no MarianMT equivalent"):
             export_hf(changed, tmp_path / "x")
-    rnn = dataclasses.replace(run, cfg=dataclasses.replace(run.cfg, model=dataclasses.replace(
-        run.cfg.model, family="rnn")))
-    with pytest.raises(HubError, match="model.family=rnn; seqmap exports"):
-        export_hf(rnn, tmp_path / "y")
+    for family in ("rnn", "convs2s"):
+        other = dataclasses.replace(run, cfg=dataclasses.replace(run.cfg, model=dataclasses.replace(
+            run.cfg.model, family=family)))
+        with pytest.raises(HubError, match=f"model.family={family}; seqmap exports") as error:
+            export_hf(other, tmp_path / "y")
+        assert "\n" not in str(error.value) and not (tmp_path / "y").exists()

@@ -385,6 +385,31 @@ def test_an_rnn_translation_run_is_served_and_says_whether_it_has_attention(tmp_
         assert (result["attention"]["layers"], result["attention"]["heads"]) == (1, 1)
 
 
+def test_a_convs2s_run_is_served_with_its_sizes_and_an_attention_map_per_decoder_layer(tmp_path):
+    from seqmap.config import DataConfig, ModelConfig, RunConfig
+    from seqmap.data.tokenizers import train_tokenizer
+
+    tok = train_tokenizer("word", ["a b c d e", "e d c b a"])
+    cfg = RunConfig(model=ModelConfig(family="convs2s", src_vocab=tok.vocab_size, tgt_vocab=tok.vocab_size,
+                                      emb_size=8, hidden_size=8, enc_layers=1, dec_layers=2, positional="learned"),
+                    data=DataConfig(tokenizer="word"))
+    run = _untrained_run(tmp_path, cfg, tok)
+    with TestClient(create_app(run)) as client:
+        info = client.get("/info").json()
+        assert info["family"] == "convs2s" and info["sizes"] == {
+            "emb_size": 8, "hidden_size": 8, "kernel_size": 3, "enc_layers": 1, "dec_layers": 2,
+            "positional": "learned"}
+        assert info["attention"] == {"available": True, "layers": 2, "heads": 1}
+        asked = client.post("/translate", json={"text": "a b c", "attention": True})
+    assert asked.status_code == 200, asked.text
+    (result,) = asked.json()["translations"]
+    (expected,) = translate_texts(run.model, tok, tok, ["a b c"], run.cfg.decode)
+    assert result["translation"] == expected
+    forced = forced_attention(run.model, tok.encode("a b c"), tok.encode(expected))
+    weights = torch.tensor(result["attention"]["weights"])
+    assert torch.allclose(weights.reshape(forced.shape), forced, atol=1e-4)
+
+
 def test_attention_beyond_the_size_limit_is_a_422_before_decoding(translation_run, lm_run):
     limits = Limits(max_chars=40, max_texts=4, max_beam=4, max_new_tokens=30, max_attention_weights=300)
     with TestClient(create_app(translation_run, limits=limits, max_batch=8, wait_ms=2)) as tc:

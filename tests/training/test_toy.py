@@ -24,7 +24,7 @@ def test_a_hundred_steps_lower_the_loss(tiny_transformer_cfg):
     assert metrics["eval_size"] == 20 and len(metrics["examples"]) == 3
 
 
-@pytest.mark.parametrize("family", ["transformer", "lm"])
+@pytest.mark.parametrize("family", ["transformer", "convs2s", "lm"])
 def test_the_toy_trains_through_the_one_trainer(family, monkeypatch):
     """No second training loop: every toy step is a ``Trainer.step`` on one batch of the task."""
     steps, real = [], Trainer.step
@@ -34,7 +34,8 @@ def test_the_toy_trains_through_the_one_trainer(family, monkeypatch):
         return real(self, micro_batches)
 
     monkeypatch.setattr(Trainer, "step", counted)
-    model = ModelConfig(family=family, d_model=16, n_heads=2, d_ff=32, enc_layers=1, dec_layers=1, dropout=0.0)
+    model = ModelConfig(family=family, d_model=16, n_heads=2, d_ff=32, enc_layers=1, dec_layers=1, dropout=0.0,
+                        emb_size=8, hidden_size=8)
     toy = ToyConfig(task="copy", vocab=8, min_len=2, max_len=4, steps=3, batch_size=4, warmup=1, eval_size=4,
                     log_every=0)
     metrics = train_toy(model, toy, log=None)
@@ -74,7 +75,7 @@ def test_toy_config_rejects_bad_values_and_unknown_keys():
     with pytest.raises(ConfigError, match="src_vocab"):
         train_toy(ModelConfig(src_vocab=99), ToyConfig(steps=1), log=None)
     with pytest.raises(ConfigError, match=r"model.family = classifier cannot learn a toy task .*; use one of "
-                                          r"transformer, rnn, lm, rnn_lm"):  # said model.n_classes must be >= 2
+                                          r"transformer, rnn, convs2s, lm, rnn_lm"):  # not: model.n_classes >= 2
         train_toy(ModelConfig(family="classifier"), ToyConfig(steps=1), log=None)
 
 
@@ -85,7 +86,7 @@ def test_shipped_configs_parse(path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["reverse_transformer", "reverse_rnn", "reverse_lm"])
+@pytest.mark.parametrize("name", ["reverse_transformer", "reverse_rnn", "reverse_convs2s", "reverse_lm"])
 def test_shipped_config_learns_reverse(name):
     run = ToyRun.from_dict(yaml.safe_load((CONFIGS / f"{name}.yaml").read_text()))
     metrics = train_toy(run.model, run.toy, log=None)

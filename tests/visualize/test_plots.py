@@ -246,6 +246,42 @@ def test_run_classifier_plots_its_self_attention_with_the_class_token(tmp_path):
         plot_run_attention(tiny_run("lm", src_vocab=0), "a small house", tmp_path / "x.png", which="encoder")
 
 
+def test_run_convs2s_plots_a_panel_per_decoder_layer(tmp_path):
+    """ConvS2S attends to the source in every decoder layer, with one head: a column of panels titled by layer."""
+    run = tiny_run("convs2s", dec_layers=3)
+    fig = plot_run_attention(run, "ein kleines Haus .", tmp_path / "c.svg", hypothesis="a small house .")
+    expected = forced_attention(run.model, run.src_tok.encode("ein kleines Haus ."),
+                                run.tgt_tok.encode("a small house ."))  # (L, 1, T, S)
+    assert expected.shape == (3, 1, 5, 4) and len(heatmaps(fig)) == 3
+    for panel, weights in zip(heatmaps(fig), expected[:, 0], strict=True):
+        np.testing.assert_allclose(panel.images[0].get_array(), weights.numpy())
+    assert [ax.get_title() for ax in heatmaps(fig)] == ["layer 0", "layer 1", "layer 2"]
+    fig = plot_run_attention(run, "ein kleines Haus .", tmp_path / "last.png", hypothesis="a small house .", layer=-1)
+    assert len(heatmaps(fig)) == 1
+    with pytest.raises(NoAttentionError, match="ConvS2S has no encoder self-attention"):
+        plot_run_attention(run, "ein Haus", tmp_path / "x.png", which="encoder")
+    with pytest.raises(NoAttentionError, match="ConvS2S has no decoder self-attention"):
+        plot_run_attention(run, "ein Haus", tmp_path / "x.png", hypothesis="a house", which="decoder")
+
+
+def test_the_plot_command_writes_a_convs2s_figure(tmp_path, capsys):
+    """`seqmap plot attention` on a ConvS2S checkpoint (its own config and tokenizer) writes the figure."""
+    from seqmap.cli import main
+    from seqmap.config import to_dict
+    from seqmap.training.checkpoint import save_checkpoint
+
+    run = tiny_run("convs2s", dec_layers=2)
+    run.tgt_tok.save(tmp_path / "tok")
+    save_checkpoint(tmp_path / "ckpt", model=run.model, trainer_state={}, config=to_dict(run.cfg),
+                    tokenizer_dir=tmp_path / "tok")
+    out = tmp_path / "attention.png"
+    assert main(["plot", "attention", str(tmp_path / "ckpt"), "--text", "ein kleines Haus", "--hyp", "a small house",
+                 "--out", str(out)]) == 0
+    assert capsys.readouterr().out == f"wrote {out}\n"
+    layout = attention_figure_size(3, 4, 2, 1, label_width(["kleines"]), label_width(["small"]))
+    assert png_shape(out) == expected_pixels(*layout)  # a column of 2 panels: 3 source x 4 output tokens each
+
+
 def test_run_without_attention_says_so(tmp_path):
     run = tiny_run("rnn", rnn_attention="none", enc_layers=1, dec_layers=1)
     with pytest.raises(NoAttentionError, match="the model has no attention to plot"):
