@@ -301,7 +301,7 @@ class DataConfig:
     byte_fallback: bool = True  # sentencepiece: spell characters outside the vocabulary as UTF-8 bytes (no UNK)
     split_digits: bool = False  # sentencepiece: every digit its own piece
     remove_extra_whitespaces: bool = True  # sentencepiece: strip and collapse spaces (false keeps every space)
-    tokenizer_sample: int = 1_000_000  # bpe/unigram: trained on at most this many sentences per side, a seeded
+    tokenizer_sample: int = 500_000  # bpe/unigram: trained on at most this many sentences per side, a seeded
     #                                    random sample of a larger training text (0 = every sentence)
     prepared_dir: str | None = None  # where the encoded training split (memory-mapped token ids) and its
     #                                  tokenizer are kept; null = RUN_DIR/prepared. Give one directory to many

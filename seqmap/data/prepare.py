@@ -246,12 +246,13 @@ def filter_store(store: TokenStore, cfg: DataConfig, name: str = "train") -> tup
     what was dropped, computed on the lengths arrays. With ``data.max_src_len`` > 0 only the target counts."""
     src, tgt = store.columns["src"].lengths(), store.columns["tgt"].lengths()
     empty = (src == 0) | (tgt == 0)
-    counted = np.zeros_like(src) if cfg.max_src_len > 0 else src
-    too_long = ~empty & (np.maximum(counted, tgt) > cfg.max_len)
+    too_long = ~empty & (tgt > cfg.max_len)
+    if cfg.max_src_len <= 0:  # sources count too (else they are truncated, not dropped)
+        too_long |= ~empty & (src > cfg.max_len)
     report = FilterReport(total=len(src), empty=int(empty.sum()), too_long=int(too_long.sum()), max_len=cfg.max_len,
                           empty_lines=(np.flatnonzero(empty)[:FilterReport.SHOWN] + 1).tolist(),
                           too_long_lines=(np.flatnonzero(too_long)[:FilterReport.SHOWN] + 1).tolist())
-    kept = np.flatnonzero(~(empty | too_long))
+    kept = np.flatnonzero(~(empty | too_long)).astype(np.int32 if len(src) < 2**31 else np.int64)
     report.kept = len(kept)
     return kept, report
 

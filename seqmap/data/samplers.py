@@ -72,7 +72,7 @@ def token_budget_batches(
             budget always uses the exact lengths. 1 = sort by exact length.
 
     Returns:
-        Batches of indices into the dataset; every index appears exactly once.
+        Batches of indices into the dataset (integer arrays); every index appears exactly once.
 
     Raises:
         ValueError: when one example alone exceeds ``max_tokens`` (filter long
@@ -114,24 +114,29 @@ def fixed_size_batches(n: int, batch_size: int, *, shuffle: bool, seed: int = 0,
 
 
 def _lengths(lengths: Sequence[int] | Tensor | np.ndarray) -> np.ndarray:
+    """Lengths as a signed integer array (an integer array keeps its width: planning copies stay small)."""
     if isinstance(lengths, Tensor):
         return lengths.detach().to("cpu", torch.long).reshape(-1).numpy()
-    return np.asarray(lengths, dtype=np.int64).reshape(-1)
+    array = np.asarray(lengths).reshape(-1)
+    if array.dtype.kind == "u":
+        return array.astype(np.int32 if array.dtype.itemsize < 4 else np.int64)
+    return array if array.dtype.kind == "i" else array.astype(np.int64)
 
 
 def _length_order(src: np.ndarray, tgt: np.ndarray, *, shuffle: bool, seed: int, epoch: int,
                   bucket_width: int) -> np.ndarray:
     """Indices sorted by (target bucket, source bucket, tie-break): successive stable sorts, last key first."""
     n = len(src)
+    index = np.int32 if n < 2**31 else np.int64
     if shuffle:
         generator = torch.Generator().manual_seed(_rng(seed, epoch, "tie-break").getrandbits(63))
-        order = torch.randperm(n, generator=generator).numpy()  # random tie-break
+        order = torch.randperm(n, generator=generator).numpy().astype(index)  # random tie-break
     else:
-        order = np.arange(n)  # ties by index
+        order = np.arange(n, dtype=index)  # ties by index
     if not n:
         return order
     src_key, tgt_key = src // bucket_width, tgt // bucket_width
-    key = tgt_key * (int(src_key.max()) + 1) + src_key  # one stable sort by (target, source) bucket
+    key = tgt_key.astype(np.int64) * (int(src_key.max()) + 1) + src_key  # one sort by (target, source) bucket
     key = key.astype(np.min_scalar_type(int(key.max())))  # 16-bit keys sort by radix
     return order[np.argsort(key[order], kind="stable")]
 

@@ -7,6 +7,8 @@ cache::
 
     COLUMN.ids      all rows' ids back to back (uint16 when the vocabulary fits, else int32)
     COLUMN.offsets  int64, rows + 1: row i is ids[offsets[i]:offsets[i + 1]]
+    COLUMN.lengths  each row's token count (uint16, or int32 for longer rows): what batches are planned from,
+                    read without touching the offsets
     store.json      the format, the row count, each column's dtype and token count, and what the
                     store was made from (``identity``: options, tokenizer fingerprint, source files)
 
@@ -41,15 +43,16 @@ def ids_dtype(vocab_size: int) -> np.dtype:
 class Column:
     """One column of token rows, memory-mapped: ``len``, ``lengths()`` and ``row(i)`` without reading the rest."""
 
-    def __init__(self, ids: np.ndarray, offsets: np.ndarray):
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray, lengths_file: Path, lengths_dtype: np.dtype):
         self.ids, self.offsets = ids, offsets
+        self.lengths_file, self.lengths_dtype = lengths_file, lengths_dtype
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     def lengths(self) -> np.ndarray:
-        """(rows,) int32 token counts."""
-        return np.diff(self.offsets).astype(np.int32)
+        """(rows,) token counts, read into memory (uint16 or int32: 2 or 4 bytes a row)."""
+        return np.fromfile(self.lengths_file, dtype=self.lengths_dtype)
 
     def row(self, i: int) -> np.ndarray:
         """Row ``i``'s ids as int64 (a copy of just that row)."""
@@ -82,8 +85,11 @@ class TokenStore:
             rows, columns = int(meta["rows"]), {}
             for name, spec in meta["columns"].items():
                 dtype, tokens = np.dtype(spec["dtype"]), int(spec["tokens"])
+                lengths_dtype = np.dtype(spec["lengths_dtype"])
                 ids_file, offsets_file = path / f"{name}.ids", path / f"{name}.offsets"
-                for file, size in ((ids_file, tokens * dtype.itemsize), (offsets_file, (rows + 1) * 8)):
+                lengths_file = path / f"{name}.lengths"
+                for file, size in ((ids_file, tokens * dtype.itemsize), (offsets_file, (rows + 1) * 8),
+                                   (lengths_file, rows * lengths_dtype.itemsize)):
                     found = file.stat().st_size if file.is_file() else None
                     if found != size:
                         what = "is missing" if found is None else f"has {found} bytes, {size} expected"
@@ -95,7 +101,7 @@ class TokenStore:
                 if offsets[0] != 0 or offsets[-1] != tokens:
                     raise DataError(f"{offsets_file} does not match {name}.ids (a damaged prepared corpus); delete "
                                     f"{path} and rebuild it: {rebuild}")
-                columns[name] = Column(ids, offsets)
+                columns[name] = Column(ids, offsets, lengths_file, lengths_dtype)
         except (OSError, ValueError, KeyError, TypeError) as err:
             if isinstance(err, DataError):
                 raise
@@ -154,15 +160,18 @@ class StoreWriter:
         if len(counts) > 1:
             raise AssertionError(f"columns of unequal length: {self.rows}")
         rows = counts.pop() if counts else 0
+        lengths_dtypes = {}
         for name in self.files:
             lengths = np.fromfile(self.tmp / f"{name}.lengths", dtype=np.int64)
             offsets = np.zeros(rows + 1, dtype=np.int64)
             np.cumsum(lengths, out=offsets[1:])
             offsets.tofile(self.tmp / f"{name}.offsets")
-            (self.tmp / f"{name}.lengths").unlink()
+            narrow = np.uint16 if lengths.max(initial=0) <= np.iinfo(np.uint16).max else np.int32
+            lengths.astype(narrow).tofile(self.tmp / f"{name}.lengths")
+            lengths_dtypes[name] = np.dtype(narrow).name
         meta = {"format": FORMAT, "rows": rows, "identity": self.identity, **self.extra,
-                "columns": {name: {"dtype": self.dtypes[name].name, "tokens": self.tokens[name]}
-                            for name in self.files}}
+                "columns": {name: {"dtype": self.dtypes[name].name, "tokens": self.tokens[name],
+                                   "lengths_dtype": lengths_dtypes[name]} for name in self.files}}
         (self.tmp / META).write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         if self.final.exists():  # a damaged or stale store of the same name is replaced
             shutil.rmtree(self.final)
