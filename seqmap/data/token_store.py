@@ -1,9 +1,8 @@
-"""Token ids on disk, read through memory maps: a corpus larger than RAM trains with flat memory.
+"""Token ids on disk, read a batch at a time: a corpus larger than RAM trains with flat memory.
 
 A *store* is one directory holding named columns of token rows (``src`` and ``tgt`` of a parallel corpus,
-``text`` of a language model's stream). Each column is two flat binary files, read with ``numpy.memmap``
-and never copied, so every run and every rank of a distributed run shares the operating system's page
-cache::
+``text`` of a language model's stream). Each column is flat binary files, never loaded whole: every run and
+every rank of a distributed run reads them through the operating system's page cache::
 
     COLUMN.ids      all rows' ids back to back (uint16 when the vocabulary fits, else int32)
     COLUMN.offsets  int64, rows + 1: row i is ids[offsets[i]:offsets[i + 1]]
@@ -21,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import mmap
 import os
 import shutil
 import tempfile
@@ -41,26 +41,52 @@ def ids_dtype(vocab_size: int) -> np.dtype:
 
 
 class Column:
-    """One column of token rows, memory-mapped: ``len``, ``lengths()`` and ``row(i)`` without reading the rest."""
+    """One column of token rows on disk: ``len``, ``lengths()`` and ``row(i)`` read only what they return.
 
-    def __init__(self, ids: np.ndarray, offsets: np.ndarray, lengths_file: Path, lengths_dtype: np.dtype):
-        self.ids, self.offsets = ids, offsets
-        self.lengths_file, self.lengths_dtype = lengths_file, lengths_dtype
+    Rows are read with positioned reads (``os.pread``) rather than through a memory map, so the process holds
+    only the rows of the batch in hand: the corpus stays in the operating system's page cache, shared by every
+    rank and run, and the process's resident memory does not grow as an epoch touches more of the file. A
+    language model's stream (``stream()``) is a read-only memory map, advised for random access."""
+
+    def __init__(self, ids_file: Path, dtype: np.dtype, tokens: int, offsets_file: Path, rows: int,
+                 lengths_file: Path, lengths_dtype: np.dtype):
+        self.ids_file, self.dtype, self.tokens = ids_file, dtype, tokens
+        self.rows, self.lengths_file, self.lengths_dtype = rows, lengths_file, lengths_dtype
+        self._ids = os.open(ids_file, os.O_RDONLY)
+        self._offsets = os.open(offsets_file, os.O_RDONLY)
+
+    def __del__(self) -> None:
+        for fd in (getattr(self, "_ids", None), getattr(self, "_offsets", None)):
+            if fd is not None:
+                os.close(fd)
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return self.rows
 
     def lengths(self) -> np.ndarray:
         """(rows,) token counts, read into memory (uint16 or int32: 2 or 4 bytes a row)."""
         return np.fromfile(self.lengths_file, dtype=self.lengths_dtype)
 
+    def offset_span(self, i: int) -> tuple[int, int]:
+        """Where row ``i`` starts and ends in the ids, in tokens."""
+        return tuple(int(x) for x in np.frombuffer(os.pread(self._offsets, 16, 8 * i), dtype=np.int64))
+
     def row(self, i: int) -> np.ndarray:
-        """Row ``i``'s ids as int64 (a copy of just that row)."""
-        return self.ids[self.offsets[i]:self.offsets[i + 1]].astype(np.int64)
+        """Row ``i``'s ids as int64 (only that row is read)."""
+        start, end = self.offset_span(i)
+        size = self.dtype.itemsize
+        return np.frombuffer(os.pread(self._ids, (end - start) * size, start * size), dtype=self.dtype).astype(
+            np.int64)
 
     def stream(self) -> np.ndarray:
-        """Every id of the column, in order, as one memory-mapped array (a language model's token stream)."""
-        return self.ids
+        """Every id of the column, in order, as one read-only memory-mapped array (a language model's stream)."""
+        if not self.tokens:
+            return np.zeros(0, dtype=self.dtype)
+        with open(self.ids_file, "rb") as f:
+            view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if hasattr(view, "madvise"):
+            view.madvise(mmap.MADV_RANDOM)  # windows are drawn at random: no read-ahead around each
+        return np.frombuffer(view, dtype=self.dtype)
 
 
 class TokenStore:
@@ -95,13 +121,11 @@ class TokenStore:
                         what = "is missing" if found is None else f"has {found} bytes, {size} expected"
                         raise DataError(f"{file} {what} (a truncated or damaged prepared corpus); delete {path} "
                                         f"and rebuild it: {rebuild}")
-                ids = np.memmap(ids_file, dtype=dtype, mode="r", shape=(tokens,)) if tokens else \
-                    np.zeros(0, dtype=dtype)
-                offsets = np.memmap(offsets_file, dtype=np.int64, mode="r", shape=(rows + 1,))
-                if offsets[0] != 0 or offsets[-1] != tokens:
+                column = Column(ids_file, dtype, tokens, offsets_file, rows, lengths_file, lengths_dtype)
+                if rows and (column.offset_span(0)[0] != 0 or column.offset_span(rows - 1)[1] != tokens):
                     raise DataError(f"{offsets_file} does not match {name}.ids (a damaged prepared corpus); delete "
                                     f"{path} and rebuild it: {rebuild}")
-                columns[name] = Column(ids, offsets, lengths_file, lengths_dtype)
+                columns[name] = column
         except (OSError, ValueError, KeyError, TypeError) as err:
             if isinstance(err, DataError):
                 raise
