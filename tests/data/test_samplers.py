@@ -238,3 +238,19 @@ def test_stream_rows_and_windows_read_on_through_the_text():
         lm_stream_window(rows, 6, 4)
     with pytest.raises(ValueError, match="too few for 60 rows"):
         lm_stream_rows(stream, 60)
+
+
+def test_a_numpy_stream_gives_the_windows_of_a_list():
+    """A memory-mapped (numpy, read-only, uint16) stream is windowed exactly as the same ids in a list."""
+    ids = [int(i) for i in np.random.default_rng(0).integers(0, 500, 1000)]
+    stream = np.array(ids, dtype=np.uint16)
+    stream.flags.writeable = False
+    for seed in (0, 1):
+        ours = lm_random_chunks(stream, 16, 4, torch.Generator().manual_seed(seed))
+        theirs = lm_random_chunks(ids, 16, 4, torch.Generator().manual_seed(seed))
+        assert all(torch.equal(a, b) and a.dtype == torch.long for a, b in zip(ours, theirs, strict=True))
+    rows, list_rows = lm_stream_rows(stream, 3), lm_stream_rows(ids, 3)
+    assert isinstance(rows, np.ndarray) and rows.shape == tuple(list_rows.shape)
+    for index in range(2):
+        assert all(torch.equal(a, b) for a, b in zip(lm_stream_window(rows, 16, index),
+                                                      lm_stream_window(list_rows, 16, index), strict=True))
