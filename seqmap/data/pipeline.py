@@ -50,7 +50,7 @@ from seqmap.data.images import ImageSet, pixel_stats, read_split
 from seqmap.data.labels import LabelSet
 from seqmap.data.lexicon import lexicon_pairs
 from seqmap.data.normalize import TextNormalizer
-from seqmap.data.prepare import PairRows, Source, encode_blank_empty, filter_store, prepare
+from seqmap.data.prepare import PairRows, Source, encode_blank_empty, filter_store, has_tokenizer, prepare
 from seqmap.data.tokenizers import EOS, Tokenizer, load_pair, save_pair, train_pair
 
 Pairs = list[tuple[str, str]]
@@ -288,7 +288,7 @@ def tokenizers_for(cfg: DataConfig, src_texts: list[str], tgt_texts: list[str],
                    run_dir: Path, log: Callable[[str], None] = print) -> tuple[Tokenizer, Tokenizer]:
     """Load RUN_DIR/tokenizer if it exists (resume, evaluation), else train and save it there."""
     directory = run_dir / "tokenizer"
-    if (directory / "tokenizer.json").exists() or (directory / "src" / "tokenizer.json").exists():
+    if has_tokenizer(directory):
         return load_pair(directory)
     return fit_tokenizers(cfg, src_texts, tgt_texts, run_dir, log)
 
@@ -366,10 +366,10 @@ def _translation_source(cfg: DataConfig, log: Callable[[str], None]) -> tuple[So
                "langs": [cfg.src_lang, cfg.tgt_lang], "dataset": cfg.dataset, "lexicon": cfg.lexicon,
                "valid_size": cfg.valid_size if holds_out(cfg) else 0}
     if cfg.dataset is None and cfg.lexicon is None:
-        norm = normalizer_for(cfg)
-        files = [Path(cfg.train)] if cfg.train else [Path(cfg.train_src), Path(cfg.train_tgt)]
         if cfg.train is None and cfg.train_src is None:
             _split_files(cfg, "train", "pairs")  # raises: no training data
+        norm = normalizer_for(cfg)
+        files = [Path(cfg.train)] if cfg.train else [Path(cfg.train_src), Path(cfg.train_tgt)]
 
         def pairs():
             stream = (iter_tsv(cfg.train, "data.train", cfg.src_column, cfg.tgt_column) if cfg.train else

@@ -148,7 +148,7 @@ def prepare(cfg: DataConfig, source: Source, run_dir: Path, kind: str, columns: 
     tokenizer is copied into the run). ``valid_size`` > 0 holds out the last examples (returned as text);
     ``check_total(n)`` refuses a split too small for it."""
     tokenizer_dir = run_dir / "tokenizer"
-    own = load_pair(tokenizer_dir) if _has_tokenizer(tokenizer_dir) else None
+    own = load_pair(tokenizer_dir) if has_tokenizer(tokenizer_dir) else None
     root = prepared_root(cfg, run_dir)
     rebuild = "seqmap train CONFIG (it prepares the corpus again)"
     names = ([_key(kind, source, _fingerprint(*own))] if own else []) + [_key(kind, source, "fit")]
@@ -199,7 +199,8 @@ def prepare(cfg: DataConfig, source: Source, run_dir: Path, kind: str, columns: 
     return Prepared(TokenStore.open(path, rebuild), *own, held)
 
 
-def _has_tokenizer(directory: Path) -> bool:
+def has_tokenizer(directory: Path) -> bool:
+    """Whether a run's tokenizer directory holds a saved tokenizer (one, or a src/tgt pair)."""
     return (directory / "tokenizer.json").exists() or (directory / "src" / "tokenizer.json").exists()
 
 

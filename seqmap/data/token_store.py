@@ -18,6 +18,7 @@ file's size against ``store.json``: a truncated or damaged file is named, with t
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import mmap
@@ -63,9 +64,15 @@ class Column:
     def __len__(self) -> int:
         return self.rows
 
+    @functools.cached_property
+    def _lengths(self) -> np.ndarray:
+        array = np.fromfile(self.lengths_file, dtype=self.lengths_dtype)
+        array.flags.writeable = False  # shared by every caller
+        return array
+
     def lengths(self) -> np.ndarray:
-        """(rows,) token counts, read into memory (uint16 or int32: 2 or 4 bytes a row)."""
-        return np.fromfile(self.lengths_file, dtype=self.lengths_dtype)
+        """(rows,) token counts, read into memory once (uint16 or int32: 2 or 4 bytes a row)."""
+        return self._lengths
 
     def offset_span(self, i: int) -> tuple[int, int]:
         """Where row ``i`` starts and ends in the ids, in tokens."""

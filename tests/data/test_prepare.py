@@ -183,3 +183,8 @@ def test_a_language_models_stream_equals_the_in_memory_one(tmp_path, kind):
     assert data.train.tolist() == lm_stream(text, data.tok)
     again = load_lm(cfg, tmp_path / "run", lambda _: None)
     assert again.train.tolist() == data.train.tolist()
+
+
+def test_no_training_data_is_one_line(tmp_path):
+    with pytest.raises(DataError, match=r"no train data: set data.train \(a TSV file\) or data.train_src"):
+        loaded(DataConfig(valid=str(tmp_path / "valid.tsv")), tmp_path / "run")
