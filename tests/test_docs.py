@@ -161,3 +161,19 @@ def test_readme_is_a_front_door():
         assert internal not in text
     for page in PAGES:
         assert "../shared" not in page.read_text(encoding="utf-8"), page.name
+
+
+def test_docs_tables_have_as_many_cells_in_every_row_as_in_their_header():
+    ragged = []
+    for page in PAGES:
+        width = None
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.startswith("|"):
+                width = None
+                continue
+            cells = len(re.split(r"(?<!\\)\|", line.strip())) - 2
+            if width is None:
+                width = cells
+            elif cells != width:
+                ragged.append(f"{page.name}:{number}: {cells} cells, the header has {width}")
+    assert ragged == []
