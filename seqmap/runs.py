@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from seqmap.checkpoints import MODEL_FILE, TOKENIZER_DIR, CheckpointManager, load_checkpoint, read_config
 from seqmap.config import CLASSIFICATION_TASKS, ConfigError, RunConfig, from_dict
 from seqmap.data.labels import LabelSet
 from seqmap.data.pipeline import LABELS_FILE
@@ -20,8 +21,6 @@ from seqmap.decoding.memory import keep_freed_memory
 from seqmap.models.builder import build_model
 from seqmap.nn.attention import avoid_cudnn_attention
 from seqmap.nn.packed import pack_linears
-from seqmap.training.checkpoint import MODEL_FILE, TOKENIZER_DIR, load_checkpoint, read_config
-from seqmap.training.checkpoint_manager import CheckpointManager
 
 
 class RunError(ValueError):

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from seqmap.checkpoints import CheckpointManager
 from seqmap.config import (
     MAX_LENGTH_PENALTY,
     ConfigError,
@@ -68,7 +69,6 @@ from seqmap.hub.source import (
 from seqmap.hub.t5 import UNMAPPED_TYPES, t5
 from seqmap.models.builder import build_model
 from seqmap.nn.positional import sinusoidal_table
-from seqmap.training.checkpoint_manager import CheckpointManager
 
 SUPPORTED = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel", "bert": "BertForSequenceClassification / BertModel",
              "vit": "ViTForImageClassification", "t5": "T5ForConditionalGeneration",

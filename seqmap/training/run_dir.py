@@ -13,11 +13,10 @@ import os
 import shutil
 from pathlib import Path
 
+from seqmap.checkpoints import TOKENIZER_DIR, CheckpointError, CheckpointManager
 from seqmap.config import ConfigError, DataConfig, RunConfig, differing_fields, from_dict, load_config, read_yaml
 from seqmap.data.pipeline import READ_AFTER_FIT, TOKENIZER_DATA
 from seqmap.training import distributed
-from seqmap.training.checkpoint_files import TOKENIZER_DIR, CheckpointError
-from seqmap.training.checkpoint_manager import CheckpointManager
 from seqmap.training.trainer import TrainingError
 
 

@@ -22,17 +22,10 @@ from typing import Any
 from safetensors import safe_open
 from torch import Tensor
 
+from seqmap.checkpoints.checkpoint import write_checkpoint
+from seqmap.checkpoints.errors import CheckpointError
+from seqmap.checkpoints.files import MODEL_FILE, TOKENIZER_DIR, checked_dir, expand_tied, read_config, read_weights
 from seqmap.config import DATA_PATHS, DataConfig, ModelConfig, TrainConfig, differing_fields, from_dict, to_dict
-from seqmap.training.checkpoint import write_checkpoint
-from seqmap.training.checkpoint_files import (
-    MODEL_FILE,
-    TOKENIZER_DIR,
-    CheckpointError,
-    checked_dir,
-    expand_tied,
-    read_config,
-    read_weights,
-)
 
 
 def average_checkpoints(paths: Iterable[str | os.PathLike]) -> dict[str, Tensor]:

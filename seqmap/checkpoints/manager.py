@@ -15,8 +15,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from seqmap.training.checkpoint import save_checkpoint
-from seqmap.training.checkpoint_files import TRAINER_JSON, CheckpointError, fsync_dir
+from seqmap.checkpoints.checkpoint import save_checkpoint
+from seqmap.checkpoints.errors import CheckpointError
+from seqmap.checkpoints.files import TRAINER_JSON, fsync_dir
 
 INDEX_FILE = "index.json"
 
