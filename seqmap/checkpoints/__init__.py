@@ -35,6 +35,7 @@ from seqmap.checkpoints.files import (
     TOKENIZER_DIR,
     TRAINER_FILE,
     TRAINER_JSON,
+    find_tokenizer,
     read_config,
 )
 from seqmap.checkpoints.manager import INDEX_FILE, CheckpointManager
@@ -52,6 +53,7 @@ __all__ = [
     "CheckpointManager",
     "LoadedCheckpoint",
     "WeightsOnlyError",
+    "find_tokenizer",
     "load_checkpoint",
     "load_weights",
     "read_config",

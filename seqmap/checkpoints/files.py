@@ -137,6 +137,15 @@ def checked_dir(directory: str | os.PathLike) -> Path:
     raise CheckpointError(msg)
 
 
+def find_tokenizer(checkpoint: Path) -> Path | None:
+    """The tokenizer a checkpoint decodes with: its own ``tokenizer/``, else its run's (``RUN/tokenizer``, where
+    checkpoints saved without one find it), else None (graph runs have none)."""
+    for folder in (checkpoint / TOKENIZER_DIR, checkpoint.parent.parent / TOKENIZER_DIR):
+        if folder.is_dir():
+            return folder
+    return None
+
+
 def damaged_advice(path: Path) -> str:
     """What to do about a damaged checkpoint at ``path``."""
     return f"the checkpoint is damaged: use an earlier checkpoint in {path.parent}"

@@ -1,6 +1,6 @@
 """Checkpoint rotation: ``step-XXXXXX`` directories under ``RUN_DIR/checkpoints`` and their ``index.json``.
 
-``CheckpointManager`` saves each checkpoint with ``save_checkpoint`` (see ``checkpoint.py`` for what a
+``CheckpointManager`` saves each checkpoint with ``save_checkpoint`` (see ``seqmap.checkpoints`` for what a
 checkpoint holds), keeps the last few and the best by a metric, and keeps ``index.json`` (the list,
 the last and the best) up to date.
 """

@@ -15,6 +15,7 @@ from torch import nn
 from seqmap.checkpoints import (
     CheckpointError,
     WeightsOnlyError,
+    find_tokenizer,
     load_checkpoint,
     load_weights,
     read_config,
@@ -292,3 +293,14 @@ def test_a_weights_only_checkpoint_loads_its_weights_but_cannot_resume(tmp_path)
         load_checkpoint(out, optimizer=torch.optim.AdamW(fresh.parameters()))
     with pytest.raises(CheckpointError, match="holds no RNG state; load it with restore_rng=False"):
         load_checkpoint(out, restore_rng=True)
+
+
+def test_a_checkpoint_finds_its_own_tokenizer_else_its_runs(tmp_path):
+    """``find_tokenizer``: what translate, --init and averaging decode a checkpoint with."""
+    step = tmp_path / "run" / "checkpoints" / "step-000001"
+    save(step, Tiny())
+    assert find_tokenizer(step) is None  # a graph run has none
+    (tmp_path / "run" / "tokenizer").mkdir()
+    assert find_tokenizer(step) == tmp_path / "run" / "tokenizer"
+    (step / "tokenizer").mkdir()
+    assert find_tokenizer(step) == step / "tokenizer"
