@@ -3,7 +3,7 @@
 Only checkpoints of one run are averaged: besides weights of the same names and shapes, they must have the same
 ``model`` section in their ``config.yaml``, the same ``data`` options but file paths (``seqmap.config.DATA_PATHS``,
 which a resumed run may point elsewhere), the same tokenizer files (a checkpoint without ``tokenizer/`` uses
-its run's, ``RUN/tokenizer``, as ``seqmap.runs.load_run`` does) and the same ``train.seed``. Two runs of one shape
+its run's, ``RUN/tokenizer``, as ``find_tokenizer`` says) and the same ``train.seed``. Two runs of one shape
 (pre-LN and post-LN, two vocabularies of one size, one tokenizer over lowercased and cased text, or one config
 trained from two seeds) would otherwise average into weights that neither can use. The rest of the config (the
 training schedule, decoding) may differ: checkpoints of one run differ in their step, and a resumed run may have
