@@ -12,6 +12,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from seqmap.checkpoints import (
+    MODEL_FILE,
+    TOKENIZER_DIR,
+    CheckpointManager,
+    find_tokenizer,
+    load_checkpoint,
+    read_config,
+)
 from seqmap.config import CLASSIFICATION_TASKS, ConfigError, RunConfig, from_dict
 from seqmap.data.labels import LabelSet
 from seqmap.data.pipeline import LABELS_FILE
@@ -20,8 +28,6 @@ from seqmap.decoding.memory import keep_freed_memory
 from seqmap.models.builder import build_model
 from seqmap.nn.attention import avoid_cudnn_attention
 from seqmap.nn.packed import pack_linears
-from seqmap.training.checkpoint import MODEL_FILE, TOKENIZER_DIR, load_checkpoint, read_config
-from seqmap.training.checkpoint_manager import CheckpointManager
 
 
 class RunError(ValueError):
@@ -134,9 +140,7 @@ def _load_run(path: str | Path, which: str, device: str | torch.device) -> Loade
     if cfg.data.task == "graph":  # no tokens: the graph itself is the input (seqmap.data.pipeline.load_graph)
         load_checkpoint(checkpoint, model=model)
         return LoadedRun(cfg, model.to(device).eval(), None, None, checkpoint, device)
-    tok_dir = checkpoint / TOKENIZER_DIR
-    if not tok_dir.exists():
-        tok_dir = checkpoint.parent.parent / "tokenizer"
+    tok_dir = find_tokenizer(checkpoint) or checkpoint.parent.parent / TOKENIZER_DIR  # none: load_pair names it
     task = cfg.data.task
     src_tok, tgt_tok = (None, None) if task == "image" else load_pair(tok_dir)
     load_checkpoint(checkpoint, model=model)

@@ -62,10 +62,10 @@ def test_plot_needs_its_arguments(tmp_path, capsys):
 def test_run_commands_accept_only_decode_overrides(tmp_path, capsys):
     import torch
 
+    from seqmap.checkpoints import save_checkpoint
     from seqmap.config import DataConfig, ModelConfig, RunConfig, TrainConfig, to_dict
     from seqmap.data.tokenizers import train_pair
     from seqmap.models.builder import build_model
-    from seqmap.training.checkpoint import save_checkpoint
 
     src, tgt = train_pair("char", ["abc"], ["abc"], joint=True)
     cfg = RunConfig(model=ModelConfig(src_vocab=src.vocab_size, tgt_vocab=src.vocab_size, d_model=16, n_heads=2,

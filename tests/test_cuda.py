@@ -60,8 +60,8 @@ def test_16_bit_decoding_on_the_gpu_gives_float32s_tokens_on_most_sentences(trai
 def test_mixed_precision_training_on_the_gpu_learns_and_its_checkpoint_reads_on_the_cpu(family, precision, tmp_path):
     """bf16 autocast, fp16 autocast with a gradient scaler, and float32 (the fused output loss) each train a
     small model on the reverse task; the weights saved from the GPU load into a CPU model that decodes alike."""
+    from seqmap.checkpoints import load_checkpoint, save_checkpoint
     from seqmap.models.builder import build_model
-    from seqmap.training.checkpoint import load_checkpoint, save_checkpoint
 
     task = SyntheticTask("reverse", 10, 2, 6)
     sep = task.vocab  # an LM reads <bos> src <sep> tgt <eos> (seqmap.training.toy.framed)

@@ -14,13 +14,13 @@ import torch
 import torch.nn.functional as F
 import yaml
 
+from seqmap.checkpoints import load_checkpoint
+from seqmap.checkpoints import manager as checkpoint_manager
 from seqmap.cli import main
 from seqmap.config import ConfigError, RunConfig, from_dict
 from seqmap.data.graphs import load_planetoid
 from seqmap.models.gat import GAT
 from seqmap.runs import load_run
-from seqmap.training import checkpoint_manager
-from seqmap.training.checkpoint import load_checkpoint
 from seqmap.training.run_trainer import train
 
 N, F_IN, C = 60, 10, 3

@@ -7,6 +7,7 @@ functions and under ``if TYPE_CHECKING:`` included, since a lazy import is still
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -22,12 +23,13 @@ LAYERS: list[tuple[str, ...]] = [
     ("seqmap.data",),  # text, tokenizers, corpora, batches, synthetic tasks
     ("seqmap.config", "seqmap.config_io"),  # typed configs (they check choices against names defined in nn
     #                                         and data); YAML, overrides and dict (de)serialisation
+    ("seqmap.checkpoints",),  # saving and loading checkpoints, their rotation and averaging
     ("seqmap.models", "seqmap.data.pipeline"),  # models built from a config; a data config to token ids
     ("seqmap.decoding",),  # greedy, beam, sampling over the model protocol; text in, text out
     ("seqmap.metrics",),  # sacreBLEU scores and perplexity
-    ("seqmap.training",),  # the trainer, its loss, schedules, checkpoints, validation; the toy run
     ("seqmap.runs",),  # open a trained run (its checkpoint, config and tokenizer) for use
     ("seqmap.hub",),  # pretrained models from (and to) the Hugging Face format, as run directories
+    ("seqmap.training",),  # the trainer, its loss, schedules, validation; the toy run
     ("seqmap.evaluation", "seqmap.speech_evaluation", "seqmap.visualize"),  # a trained run: test scores, plots
     ("seqmap.serve",),  # the HTTP API
     ("seqmap.cli", "seqmap.__main__"),  # the command line, on top of everything
@@ -79,6 +81,7 @@ def _resolve(name: str) -> str:
     return name
 
 
+@functools.cache  # parsed once: the tests only read it
 def _graph() -> dict[str, set[str]]:
     return {m: {_resolve(target) for target, _, _ in _imports(m)} - {m} for m in MODULES}
 
@@ -133,6 +136,49 @@ def test_the_graph_sees_every_kind_of_import():
     assert "seqmap.data.tokenizers" in graph["seqmap.data.batching"]  # from seqmap.data.tokenizers import PAD
     assert "seqmap.metrics" in graph["seqmap.training.validate"]  # from seqmap import metrics as mt
     assert "seqmap.training.run_trainer" in graph["seqmap.cli.train"]  # imported inside the command function
+
+
+def _reached(graph: dict[str, set[str]], module: str) -> dict[str, str | None]:
+    """Every module that importing ``module`` runs, directly or through others, each with the module that imports
+    it (None for ``module``). Importing ``seqmap.a.b`` also runs the package ``seqmap.a`` (its ``__init__.py``)."""
+    came_from: dict[str, str | None] = {module: None}
+    todo = [module]
+    while todo:
+        current = todo.pop(0)
+        parts = current.split(".")
+        packages = {".".join(parts[:i]) for i in range(1, len(parts))} & MODULES.keys()
+        for target in sorted(graph[current] | packages):
+            if target not in came_from:
+                came_from[target] = current
+                todo.append(target)
+    return came_from
+
+
+# translating, serving and importing open runs and checkpoints, and never need the training code to do so
+NOT_TRAINING = ("seqmap.runs", "seqmap.hub", "seqmap.serve", "seqmap.decoding", "seqmap.checkpoints")
+
+
+def test_reached_follows_imports_and_packages():
+    """The helper itself: a function-level import and the package of a module it imports both count."""
+    reached = _reached(_graph(), "seqmap.cli.train")
+    assert reached["seqmap.training.run_trainer"] == "seqmap.cli.train"  # imported inside the command function
+    reached = _reached(_graph(), "seqmap.training.loss")  # imports nothing of seqmap.training itself, but
+    assert reached["seqmap.training"] == "seqmap.training.loss"  # its package's __init__.py runs first
+    assert "seqmap.training.toy" in reached  # and what that imports
+
+
+@pytest.mark.parametrize("module", [m for m in sorted(MODULES) if m.startswith(tuple(p + "." for p in NOT_TRAINING))
+                                    or m in NOT_TRAINING])
+def test_inference_does_not_depend_on_training(module):
+    reached = _reached(_graph(), module)
+    first = next((m for m in reached if m == "seqmap.training" or m.startswith("seqmap.training.")), None)
+    if first is not None:  # the nearest, with the imports that lead to it
+        chain, m = [], first
+        while m is not None:
+            chain.append(m)
+            m = reached[m]
+        pytest.fail(f"{module} depends on {first}: {' -> '.join(reversed(chain))}; move what it needs below "
+                    "seqmap.training (checkpoints: seqmap.checkpoints)")
 
 
 def test_no_import_cycles():

@@ -76,12 +76,12 @@ def _split_overrides(tokens: list[str]) -> tuple[list[str], list[str]]:
 
 def _user_errors() -> tuple[type[Exception], ...]:
     """Errors that mean "fix your input": one line on stderr, exit 2, no traceback."""
+    from seqmap.checkpoints import CheckpointError
     from seqmap.data.corpus import DataError
     from seqmap.data.datasets import DatasetError
     from seqmap.data.tokenizers import TokenizerError
     from seqmap.decoding.align import NoAttentionError
     from seqmap.runs import RunError
-    from seqmap.training.checkpoint import CheckpointError
     from seqmap.training.trainer import TrainingError
 
     return DataError, DatasetError, TokenizerError, RunError, CheckpointError, TrainingError, NoAttentionError

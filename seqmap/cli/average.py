@@ -22,7 +22,7 @@ def add_parser(commands) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> int:
-    from seqmap.training.averaging import save_averaged
+    from seqmap.checkpoints.averaging import save_averaged
 
     if len(args.checkpoints) < 2:
         raise UserError("give at least two checkpoint directories to average")

@@ -61,8 +61,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.config is None:
             raise UserError("give a CONFIG file to train, or --resume RUN_DIR to continue a run")
         if args.init:
+            from seqmap.checkpoints import read_config
             from seqmap.runs import find_checkpoint
-            from seqmap.training.checkpoint import read_config
 
             init = find_checkpoint(args.init, "best")
             init_model = from_dict(ModelConfig, read_config(init).get("model"), "model")
@@ -103,8 +103,7 @@ def check_resumable(cfg: RunConfig, run_dir: Path) -> None:
 
     Checked before training starts, so a refused change leaves RUN_DIR/config.yaml as it was.
     """
-    from seqmap.training.checkpoint import read_config
-    from seqmap.training.checkpoint_manager import CheckpointManager
+    from seqmap.checkpoints import CheckpointManager, read_config
 
     latest = CheckpointManager(run_dir).latest()
     if latest is None:

@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from seqmap.checkpoints import MODEL_FILE
 from seqmap.config import DecodeConfig, ModelConfig
 from seqmap.data.hf_tokenizer import HFTokenizer
 from seqmap.data.tokenizer_base import BOS, EOS, NEVER_GENERATED, UNK
@@ -49,7 +50,6 @@ from seqmap.decoding.text import Scored
 from seqmap.hub.export import export_hf, fresh_out
 from seqmap.hub.source import HubError
 from seqmap.nn.layers import GATED
-from seqmap.training.checkpoint_files import MODEL_FILE
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 # seqmap's feed-forward activations and CTranslate2's names for them (ctranslate2.specs.Activation)

@@ -35,6 +35,7 @@ from torch import Tensor
 from seqmap.config import DecodeConfig, ModelConfig
 from seqmap.data.hf_tokenizer import HFTokenizer, MarianBackend
 from seqmap.data.tokenizer_base import BOS, EOS, PAD, UNK
+from seqmap.hub.marian_names import all_layer_names, weight_shape
 from seqmap.hub.source import HubError, out_directory
 
 FAMILIES = {"lm": "GPT2LMHeadModel", "transformer": "MarianMTModel, or T5ForConditionalGeneration with positional t5"}
@@ -204,16 +205,6 @@ def _marian_compatible(m: ModelConfig) -> str | None:
     return _plain_attention(m, "MarianMT")
 
 
-def _split_attention(sd: dict[str, Tensor], ours: str, theirs: str) -> dict[str, Tensor]:
-    """seqmap's fused in_proj (rows: queries, keys, values) as q/k/v_proj, and out_proj."""
-    w, b = sd[f"{ours}.in_proj.weight"].chunk(3), sd[f"{ours}.in_proj.bias"].chunk(3)
-    out = {f"{theirs}.{x}_proj.weight": w[i] for i, x in enumerate("qkv")}
-    out.update({f"{theirs}.{x}_proj.bias": b[i] for i, x in enumerate("qkv")})
-    out[f"{theirs}.out_proj.weight"] = sd[f"{ours}.out_proj.weight"]
-    out[f"{theirs}.out_proj.bias"] = sd[f"{ours}.out_proj.bias"]
-    return out
-
-
 def _marian(run):
     from transformers import MarianConfig, MarianMTModel
 
@@ -250,22 +241,9 @@ def _marian(run):
         weights["model.shared.weight"] = weights["model.encoder.embed_tokens.weight"] = table
     else:
         weights["model.encoder.embed_tokens.weight"] = sd["encoder.embedding.table.weight"][torch.tensor(src_order)]
-    for side, n in (("encoder", m.enc_layers), ("decoder", m.dec_layers)):
-        for i in range(n):
-            h, p = f"model.{side}.layers.{i}", f"{side}.layers.{i}"
-            parts = [("self_attn", "self_attn", "self_attn_layer_norm", "norm1")]
-            if side == "decoder":
-                parts.append(("cross_attn", "encoder_attn", "encoder_attn_layer_norm", "norm2"))
-            for ours, theirs, norm, our_norm in parts:
-                weights.update(_split_attention(sd, f"{p}.{ours}", f"{h}.{theirs}"))
-                for part in ("weight", "bias"):
-                    weights[f"{h}.{norm}.{part}"] = sd[f"{p}.{our_norm}.{part}"]
-            for fc, w in (("fc1", "w1"), ("fc2", "w2")):
-                for part in ("weight", "bias"):
-                    weights[f"{h}.{fc}.{part}"] = sd[f"{p}.ff.{w}.{part}"]
-            last = "norm3" if side == "decoder" else "norm2"
-            for part in ("weight", "bias"):
-                weights[f"{h}.final_layer_norm.{part}"] = sd[f"{p}.{last}.{part}"]
+    for ours, theirs in all_layer_names(m.enc_layers, m.dec_layers):  # seqmap's in_proj split into q, k, v
+        sizes = [weight_shape(name, d, m.d_ff)[0] for name in theirs]
+        weights.update(zip((f"model.{name}" for name in theirs), sd[ours].split(sizes), strict=True))
     _load(model, weights, ("embed_positions.weight",))
     # seqmap never generates PAD, BOS or UNK; transformers should not either
     banned = [PAD, BOS, UNK] if hf_tok is None else [hf_tok.roles[r] for r in ("pad", "unk") if r in hf_tok.roles]

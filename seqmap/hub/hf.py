@@ -42,6 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from seqmap.checkpoints import CheckpointManager
 from seqmap.config import (
     MAX_LENGTH_PENALTY,
     ConfigError,
@@ -56,6 +57,7 @@ from seqmap.config import (
 from seqmap.data.hf_tokenizer import HFTokenizer
 from seqmap.data.tokenizer_base import BOS
 from seqmap.data.tokenizers import save_pair
+from seqmap.hub.marian_names import all_layer_names, weight_shape
 from seqmap.hub.source import (
     HubError,
     Imported,
@@ -68,7 +70,6 @@ from seqmap.hub.source import (
 from seqmap.hub.t5 import UNMAPPED_TYPES, t5
 from seqmap.models.builder import build_model
 from seqmap.nn.positional import sinusoidal_table
-from seqmap.training.checkpoint_manager import CheckpointManager
 
 SUPPORTED = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel", "bert": "BertForSequenceClassification / BertModel",
              "vit": "ViTForImageClassification", "t5": "T5ForConditionalGeneration",
@@ -206,15 +207,6 @@ def _marian_tokenizers(source: Path, config: dict[str, Any]) -> tuple[HFTokenize
     return HFTokenizer(src, roles, append_eos=True), HFTokenizer(tgt, roles)
 
 
-def _attention(w: dict[str, Tensor], prefix: str, d: int, where: Path) -> dict[str, Tensor]:
-    """HF's q/k/v/out projections as seqmap's fused in_proj (rows: queries, keys, values) and out_proj."""
-    weight = torch.cat([_take(w, f"{prefix}.{x}_proj.weight", (d, d), where) for x in "qkv"])
-    bias = torch.cat([_take(w, f"{prefix}.{x}_proj.bias", (d,), where) for x in "qkv"])
-    return {"in_proj.weight": weight, "in_proj.bias": bias,
-            "out_proj.weight": _take(w, f"{prefix}.out_proj.weight", (d, d), where),
-            "out_proj.bias": _take(w, f"{prefix}.out_proj.bias", (d,), where)}
-
-
 def _marian_table(w: dict[str, Tensor], tied: bool, shape: tuple[int, int], where: Path) -> Tensor:
     """The one embedding table of encoder and decoder. Tied, ``transformers`` saves ``shared`` alone; untied
     (``tie_word_embeddings: false``), ``transformers`` 5 ties nothing, and the tables the encoder and the decoder
@@ -275,25 +267,9 @@ def _marian(source: Path, config: dict[str, Any]) -> tuple[RunConfig, dict[str, 
     output = table if tied else rows(_take(w, "lm_head.weight", (v, d), source), hf_ids)
     out = {"encoder.embedding.table.weight": table, "decoder.embedding.table.weight": table,
            "decoder.output.weight": output, "decoder.output.bias": bias}
-    for side, n in (("encoder", layers[0]), ("decoder", layers[1])):
-        for i in range(n):
-            h, p = f"{side}.layers.{i}", f"{side}.layers.{i}"
-            parts = [("self_attn", "self_attn", "self_attn_layer_norm", "norm1")]
-            if side == "decoder":
-                parts.append(("encoder_attn", "cross_attn", "encoder_attn_layer_norm", "norm2"))
-            for theirs, ours, norm, our_norm in parts:
-                for k, t in _attention(w, f"{h}.{theirs}", d, source).items():
-                    out[f"{p}.{ours}.{k}"] = t
-                for part in ("weight", "bias"):
-                    out[f"{p}.{our_norm}.{part}"] = _take(w, f"{h}.{norm}.{part}", (d,), source)
-            ff = model_cfg.d_ff
-            out[f"{p}.ff.w1.weight"] = _take(w, f"{h}.fc1.weight", (ff, d), source)
-            out[f"{p}.ff.w1.bias"] = _take(w, f"{h}.fc1.bias", (ff,), source)
-            out[f"{p}.ff.w2.weight"] = _take(w, f"{h}.fc2.weight", (d, ff), source)
-            out[f"{p}.ff.w2.bias"] = _take(w, f"{h}.fc2.bias", (d,), source)
-            last = "norm3" if side == "decoder" else "norm2"
-            for part in ("weight", "bias"):
-                out[f"{p}.{last}.{part}"] = _take(w, f"{h}.final_layer_norm.{part}", (d,), source)
+    for ours, theirs in all_layer_names(*layers):  # q, k, v concatenated as seqmap's in_proj
+        parts = [_take(w, name, weight_shape(name, d, model_cfg.d_ff), source) for name in theirs]
+        out[ours] = parts[0] if len(parts) == 1 else torch.cat(parts)
     data = DataConfig(task="translation", tokenizer="unigram", vocab_size=src_tok.vocab_size, joint_vocab=False,
                       max_len=config["max_position_embeddings"] - 1)
     cfg = RunConfig(model=model_cfg, data=data, train=TrainConfig(max_steps=1, warmup=1, lr=5e-5))

@@ -78,10 +78,10 @@ def add_parser(commands) -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``seqmap serve`` with parsed ``args``; user errors print one line to stderr and return 2."""
+    from seqmap.checkpoints import CheckpointError
     from seqmap.config import ConfigError
     from seqmap.data.tokenizers import TokenizerError
     from seqmap.runs import RunError
-    from seqmap.training.checkpoint import CheckpointError
 
     try:
         app, settings = _build(args)

@@ -13,20 +13,17 @@ import os
 import shutil
 from pathlib import Path
 
+from seqmap.checkpoints import TOKENIZER_DIR, CheckpointError, CheckpointManager, find_tokenizer
 from seqmap.config import ConfigError, DataConfig, RunConfig, differing_fields, from_dict, load_config, read_yaml
 from seqmap.data.pipeline import READ_AFTER_FIT, TOKENIZER_DATA
 from seqmap.training import distributed
-from seqmap.training.checkpoint_files import TOKENIZER_DIR, CheckpointError
-from seqmap.training.checkpoint_manager import CheckpointManager
 from seqmap.training.trainer import TrainingError
 
 
 def copy_tokenizer(checkpoint: Path, dest: Path) -> None:
     """The initial run's tokenizer (and class list) into the new run, so its ids keep their meaning."""
-    source = checkpoint / TOKENIZER_DIR
-    if not source.is_dir():
-        source = checkpoint.parent.parent / TOKENIZER_DIR
-    if not source.is_dir():
+    source = find_tokenizer(checkpoint)
+    if source is None:
         return  # a run without a tokenizer (graphs)
     if dest.exists():
         raise TrainingError(f"{dest} already exists; --init starts a new run: choose a new --run-dir")

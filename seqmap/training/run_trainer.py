@@ -31,6 +31,15 @@ import torch
 
 from seqmap import metrics as mt
 from seqmap import provenance
+from seqmap.checkpoints import (
+    TOKENIZER_DIR,
+    CheckpointError,
+    CheckpointManager,
+    WeightsOnlyError,
+    load_checkpoint,
+    rng_state,
+)
+from seqmap.checkpoints.files import damaged_advice
 from seqmap.config import HIGHER_IS_BETTER, RunConfig, save_config, to_dict
 from seqmap.data.batching import Batch, collate_images, collate_labels, collate_pairs, collate_speech
 from seqmap.data.images import random_shift
@@ -55,9 +64,6 @@ from seqmap.data.tokenizers import PAD
 from seqmap.models.builder import build_model
 from seqmap.training import distributed
 from seqmap.training.carry import CarriedState
-from seqmap.training.checkpoint import WeightsOnlyError, load_checkpoint, rng_state
-from seqmap.training.checkpoint_files import TOKENIZER_DIR, CheckpointError, damaged_advice
-from seqmap.training.checkpoint_manager import CheckpointManager
 from seqmap.training.run_dir import copy_tokenizer, refuse_another_run, resume_advice, resume_command, write_error
 from seqmap.training.runlog import RunLog
 from seqmap.training.trainer import Trainer, TrainingError

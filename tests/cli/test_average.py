@@ -4,8 +4,8 @@ directory it never overwrites."""
 import pytest
 import torch
 
+from seqmap.checkpoints import save_checkpoint
 from seqmap.cli import main
-from seqmap.training.checkpoint import save_checkpoint
 
 
 @pytest.fixture

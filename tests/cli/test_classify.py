@@ -5,6 +5,7 @@ predictions."""
 import pytest
 import torch
 
+from seqmap.checkpoints import CheckpointManager
 from seqmap.cli import main
 from seqmap.config import DataConfig, ModelConfig, RunConfig, TrainConfig, to_dict
 from seqmap.data.labels import LabelSet
@@ -12,7 +13,6 @@ from seqmap.data.pipeline import LABELS_FILE
 from seqmap.data.tokenizers import save_pair, train_pair
 from seqmap.models.builder import build_model
 from seqmap.runs import load_run
-from seqmap.training.checkpoint_manager import CheckpointManager
 
 CLASSES = ("games", "libs", "net")
 

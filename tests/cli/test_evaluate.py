@@ -9,13 +9,13 @@ import pytest
 import torch
 
 import seqmap.evaluation
+from seqmap.checkpoints import CheckpointManager
 from seqmap.cli import main
 from seqmap.config import DataConfig, DecodeConfig, ModelConfig, RunConfig, TrainConfig, to_dict
 from seqmap.data.labels import LabelSet
 from seqmap.data.pipeline import LABELS_FILE
 from seqmap.data.tokenizers import save_pair, train_pair
 from seqmap.models.builder import build_model
-from seqmap.training.checkpoint_manager import CheckpointManager
 
 DOCS = ["alpha beta gamma. delta epsilon", "zeta eta theta iota. kappa", "lambda mu. nu xi omicron"]
 REFS = ["alpha beta", "zeta eta", "lambda mu"]  # each document's first two words

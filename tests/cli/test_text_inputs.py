@@ -9,12 +9,12 @@ import sys
 import pytest
 import torch
 
+from seqmap.checkpoints import save_checkpoint
 from seqmap.cli import main
 from seqmap.config import DataConfig, ModelConfig, RunConfig, TrainConfig, to_dict
 from seqmap.data.tokenizers import save_pair, train_pair
 from seqmap.models.builder import build_model
 from seqmap.runs import load_run
-from seqmap.training.checkpoint import save_checkpoint
 
 SENTENCES = ["the cat sat on the mat", "a dog ran in the park", "two birds sang a song", "ab ba abba"] * 5
 

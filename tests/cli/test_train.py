@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from seqmap.checkpoints import CheckpointManager
 from seqmap.cli import main
 from seqmap.config import DataConfig, ModelConfig, RunConfig, TrainConfig, save_config, to_dict
 from seqmap.models.builder import build_model
-from seqmap.training.checkpoint_manager import CheckpointManager
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tinyshakespeare_char.yaml"
 

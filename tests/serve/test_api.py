@@ -433,10 +433,10 @@ def test_attention_beyond_the_size_limit_is_a_422_before_decoding(translation_ru
 
 def _untrained_run(tmp_path, cfg, tok):
     """A run of ``cfg``'s model with weights drawn from seed 0, saved as a checkpoint with ``tok`` and loaded."""
+    from seqmap.checkpoints import save_checkpoint
     from seqmap.config import to_dict
     from seqmap.models.builder import build_model
     from seqmap.runs import load_run
-    from seqmap.training.checkpoint import save_checkpoint
 
     torch.manual_seed(0)
     tok.save(tmp_path / "tok")

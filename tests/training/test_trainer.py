@@ -19,14 +19,14 @@ import pytest
 import yaml
 from safetensors import SafetensorError
 
+from seqmap.checkpoints import CheckpointError
+from seqmap.checkpoints import files as checkpoint_files
 from seqmap.cli import main
 from seqmap.config import RunConfig, from_dict
 from seqmap.data.corpus import DataError
 from seqmap.data.tokenizers import load_tokenizer
 from seqmap.evaluation import evaluate_test_split
-from seqmap.training import checkpoint_files
 from seqmap.training import trainer as trainer_module
-from seqmap.training.checkpoint import CheckpointError
 from seqmap.training.run_trainer import train
 from seqmap.training.runlog import read_metrics
 from seqmap.training.trainer import TrainingError

@@ -266,9 +266,9 @@ def test_run_convs2s_plots_a_panel_per_decoder_layer(tmp_path):
 
 def test_the_plot_command_writes_a_convs2s_figure(tmp_path, capsys):
     """`seqmap plot attention` on a ConvS2S checkpoint (its own config and tokenizer) writes the figure."""
+    from seqmap.checkpoints import save_checkpoint
     from seqmap.cli import main
     from seqmap.config import to_dict
-    from seqmap.training.checkpoint import save_checkpoint
 
     run = tiny_run("convs2s", dec_layers=2)
     run.tgt_tok.save(tmp_path / "tok")

@@ -3,7 +3,7 @@
 Only checkpoints of one run are averaged: besides weights of the same names and shapes, they must have the same
 ``model`` section in their ``config.yaml``, the same ``data`` options but file paths (``seqmap.config.DATA_PATHS``,
 which a resumed run may point elsewhere), the same tokenizer files (a checkpoint without ``tokenizer/`` uses
-its run's, ``RUN/tokenizer``, as ``seqmap.runs.load_run`` does) and the same ``train.seed``. Two runs of one shape
+its run's, ``RUN/tokenizer``, as ``find_tokenizer`` says) and the same ``train.seed``. Two runs of one shape
 (pre-LN and post-LN, two vocabularies of one size, one tokenizer over lowercased and cased text, or one config
 trained from two seeds) would otherwise average into weights that neither can use. The rest of the config (the
 training schedule, decoding) may differ: checkpoints of one run differ in their step, and a resumed run may have
@@ -22,17 +22,10 @@ from typing import Any
 from safetensors import safe_open
 from torch import Tensor
 
+from seqmap.checkpoints.checkpoint import write_checkpoint
+from seqmap.checkpoints.errors import CheckpointError
+from seqmap.checkpoints.files import MODEL_FILE, checked_dir, expand_tied, find_tokenizer, read_config, read_weights
 from seqmap.config import DATA_PATHS, DataConfig, ModelConfig, TrainConfig, differing_fields, from_dict, to_dict
-from seqmap.training.checkpoint import write_checkpoint
-from seqmap.training.checkpoint_files import (
-    MODEL_FILE,
-    TOKENIZER_DIR,
-    CheckpointError,
-    checked_dir,
-    expand_tied,
-    read_config,
-    read_weights,
-)
 
 
 def average_checkpoints(paths: Iterable[str | os.PathLike]) -> dict[str, Tensor]:
@@ -78,29 +71,21 @@ def save_averaged(paths: Iterable[str | os.PathLike], out_dir: str | os.PathLike
     """Write the average of ``paths`` as a checkpoint (config and tokenizer of the last one)."""
     paths = [Path(p) for p in paths]
     weights = average_checkpoints(paths)
-    tokenizer = tokenizer_dir(paths[-1])
+    tokenizer = find_tokenizer(paths[-1])
     trainer = {"trainer_state": {"averaged_from": [str(p) for p in paths]}, "optimizer": None, "rng": None}
     return write_checkpoint(Path(out_dir), weights, trainer, {}, read_config(paths[-1]), tokenizer)
-
-
-def tokenizer_dir(checkpoint: Path) -> Path | None:
-    """The tokenizer a checkpoint decodes with: its own ``tokenizer/``, else its run's, else None (graph runs)."""
-    for folder in (checkpoint / TOKENIZER_DIR, checkpoint.parent.parent / TOKENIZER_DIR):
-        if folder.is_dir():
-            return folder
-    return None
 
 
 def check_one_run(dirs: list[Path]) -> None:
     """Refuse checkpoints whose ``model`` config, ``data`` options (but paths) or tokenizer files differ from the
     first's (module docstring)."""
     first = dirs[0]
-    config, tokenizer = read_config(first), _files(tokenizer_dir(first))
+    config, tokenizer = read_config(first), _files(find_tokenizer(first))
     for d in dirs[1:]:
         other = read_config(d)
         differs = (_section_difference("model", ModelConfig, config.get("model"), other.get("model"))
                    or _section_difference("data", DataConfig, config.get("data"), other.get("data"), DATA_PATHS)
-                   or _tokenizer_difference(tokenizer, _files(tokenizer_dir(d)))
+                   or _tokenizer_difference(tokenizer, _files(find_tokenizer(d)))
                    or _seed_difference(config, other))
         if differs:
             raise CheckpointError(f"cannot average {first} and {d}: they are not checkpoints of one run ({differs}); "

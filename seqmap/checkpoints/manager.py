@@ -1,6 +1,6 @@
 """Checkpoint rotation: ``step-XXXXXX`` directories under ``RUN_DIR/checkpoints`` and their ``index.json``.
 
-``CheckpointManager`` saves each checkpoint with ``save_checkpoint`` (see ``checkpoint.py`` for what a
+``CheckpointManager`` saves each checkpoint with ``save_checkpoint`` (see ``seqmap.checkpoints`` for what a
 checkpoint holds), keeps the last few and the best by a metric, and keeps ``index.json`` (the list,
 the last and the best) up to date.
 """
@@ -15,8 +15,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from seqmap.training.checkpoint import save_checkpoint
-from seqmap.training.checkpoint_files import TRAINER_JSON, CheckpointError, fsync_dir
+from seqmap.checkpoints.checkpoint import save_checkpoint
+from seqmap.checkpoints.errors import CheckpointError
+from seqmap.checkpoints.files import TRAINER_JSON, fsync_dir
 
 INDEX_FILE = "index.json"
 

@@ -1,5 +1,5 @@
-"""``seqmap.training.averaging``: checkpoints of one run are averaged; those of different runs whose weights
-happen to have the same shapes are refused, naming what differs (test_checkpoint.py has the arithmetic)."""
+"""``seqmap.checkpoints.averaging``: the element-wise mean of checkpoints of one run; those of different runs whose
+weights happen to have the same shapes are refused, naming what differs."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from seqmap.training.averaging import average_checkpoints, save_averaged
-from seqmap.training.checkpoint import CheckpointError, load_weights, save_checkpoint
+from seqmap.checkpoints import CheckpointError, load_checkpoint, load_weights, save_checkpoint
+from seqmap.checkpoints.averaging import average_checkpoints, save_averaged
+
+from .test_checkpoint import CONFIG, D, Tiny, save
 
 MODEL = {"family": "transformer", "d_model": 4, "norm_position": "pre", "dropout": 0.1}
 VOCAB = {"<pad>": 0, "a": 1, "b": 2}
@@ -32,6 +34,35 @@ def _checkpoint(path, seed, *, model=MODEL, data=DATA, train=None, tokenizer=Tru
     tok = _tokenizer(path.parent / f".tok-{path.name}", vocab) if tokenizer else None
     return save_checkpoint(path, model=nn.Linear(4, 4), trainer_state={"step": seed}, config=config,
                            tokenizer_dir=tok)
+
+
+def test_average_of_two(tmp_path):
+    a, b = Tiny(seed=1), Tiny(seed=2)
+    save(tmp_path / "a", a)
+    save(tmp_path / "b", b)
+    avg = average_checkpoints([tmp_path / "a", tmp_path / "b"])
+    for name, t in a.state_dict().items():
+        if t.is_floating_point():
+            expected = ((t.double() + b.state_dict()[name].double()) / 2).float()
+            assert torch.equal(avg[name], expected), name
+    assert avg["seen"].item() == 2  # integer buffers come from the last checkpoint
+    assert avg["output.weight"] is avg["embed.weight"]
+
+    out = save_averaged([tmp_path / "a", tmp_path / "b"], tmp_path / "avg")
+    model = Tiny(seed=5)
+    loaded = load_checkpoint(out, model=model)
+    assert loaded.config == CONFIG and model.output.weight is model.embed.weight
+    assert torch.equal(model.hidden.bias, avg["hidden.bias"])
+
+
+def test_average_mismatch_is_named(tmp_path):
+    save(tmp_path / "a", Tiny())
+    save(tmp_path / "b", Tiny(d=6))
+    with pytest.raises(CheckpointError, match=r"'embed\.weight'"):
+        average_checkpoints([tmp_path / "a", tmp_path / "b"])
+    save_checkpoint(tmp_path / "c", model=nn.Linear(D, D), trainer_state={}, config={})
+    with pytest.raises(CheckpointError, match=r"'bias'"):
+        average_checkpoints([tmp_path / "a", tmp_path / "c"])
 
 
 def test_checkpoints_of_one_run_are_averaged_whatever_their_step_and_schedule(tmp_path):

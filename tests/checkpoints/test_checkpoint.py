@@ -1,9 +1,9 @@
-"""``seqmap.training.checkpoint``: round trips, no pickle, atomic saves, clear errors, rotation, averaging."""
+"""``seqmap.checkpoints.checkpoint``: round trips, no pickle, atomic saves, clear errors (``Tiny`` and ``save``
+serve test_manager.py and test_averaging.py too)."""
 
 from __future__ import annotations
 
 import errno
-import json
 import random
 
 import numpy as np
@@ -12,11 +12,19 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from seqmap.training import checkpoint as ckpt
-from seqmap.training import checkpoint_files as ckpt_files
-from seqmap.training.averaging import average_checkpoints, save_averaged
-from seqmap.training.checkpoint import CheckpointError, load_checkpoint, load_weights, read_config, save_checkpoint
-from seqmap.training.checkpoint_manager import CheckpointManager
+from seqmap.checkpoints import (
+    CheckpointError,
+    WeightsOnlyError,
+    find_tokenizer,
+    load_checkpoint,
+    load_weights,
+    read_config,
+    rng_state,
+    save_checkpoint,
+)
+from seqmap.checkpoints import checkpoint as ckpt
+from seqmap.checkpoints import files as ckpt_files
+from seqmap.checkpoints.averaging import save_averaged
 
 V, D = 11, 8
 CONFIG = {"model": {"kind": "tiny", "d_model": D, "dropout": 0.1}, "train": {"lr": 1e-2, "clip": None}, "tags": ["a"]}
@@ -57,13 +65,13 @@ def _trained(seed: int = 0):
     return model, optimizer
 
 
-def _save(path, model, optimizer=None, **kw):
+def save(path, model, optimizer=None, **kw):
     return save_checkpoint(path, model=model, optimizer=optimizer, trainer_state=STATE, config=CONFIG, **kw)
 
 
 def test_round_trip_weights_optimizer_config_state_and_tie(tmp_path):
     model, optimizer = _trained()
-    _save(tmp_path / "c", model, optimizer)
+    save(tmp_path / "c", model, optimizer)
     fresh = Tiny(seed=1)
     fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=0.5, betas=(0.9, 0.999))
     loaded = load_checkpoint(tmp_path / "c", model=fresh, optimizer=fresh_opt)
@@ -81,7 +89,7 @@ def test_round_trip_weights_optimizer_config_state_and_tie(tmp_path):
 
 
 def test_tied_weight_stored_once(tmp_path):
-    _save(tmp_path / "c", Tiny())
+    save(tmp_path / "c", Tiny())
     weights = load_weights(tmp_path / "c")
     assert set(weights) == set(Tiny().state_dict())
     assert weights["output.weight"] is weights["embed.weight"]
@@ -91,7 +99,7 @@ def test_tied_weight_stored_once(tmp_path):
 
 def test_rng_states_restored(tmp_path):
     torch.manual_seed(3), random.seed(3), np.random.seed(3)
-    _save(tmp_path / "c", Tiny())
+    save(tmp_path / "c", Tiny())
     expected = torch.rand(4), random.random(), np.random.rand(3)
     torch.manual_seed(99), random.seed(99), np.random.seed(99)
     load_checkpoint(tmp_path / "c", restore_rng=True)
@@ -106,11 +114,11 @@ def test_each_rank_restores_its_own_rng_states(tmp_path):
     model, states, draws = Tiny(), [], []
     for seed in (5, 6, 7):  # ranks 0, 1, 2
         torch.manual_seed(seed), random.seed(seed), np.random.seed(seed)
-        states.append(ckpt.rng_state())
+        states.append(rng_state())
         draws.append((torch.rand(4), random.random(), np.random.rand(3)))
     for name, rank_rng in (("ranks", states[1:]), ("one", ())):  # "one": a single process's checkpoint
         torch.manual_seed(5), random.seed(5), np.random.seed(5)  # rank 0 saves its own states
-        _save(tmp_path / name, model, rank_rng=rank_rng)
+        save(tmp_path / name, model, rank_rng=rank_rng)
     for name, rank, drawn in (("ranks", 2, 2), ("ranks", 0, 0), ("ranks", 1, 1), ("one", 1, 0)):
         torch.manual_seed(99), random.seed(99), np.random.seed(99)
         load_checkpoint(tmp_path / name, restore_rng=True, rank=rank)
@@ -123,7 +131,7 @@ def test_no_pickle_anywhere(tmp_path, monkeypatch):
     tok = tmp_path / "tok"
     tok.mkdir()
     (tok / "vocab.txt").write_text("a\nb\n")
-    _save(tmp_path / "c", model, optimizer, tokenizer_dir=tok)
+    save(tmp_path / "c", model, optimizer, tokenizer_dir=tok)
     files = sorted(p.relative_to(tmp_path / "c").as_posix() for p in (tmp_path / "c").rglob("*") if p.is_file())
     assert files == ["config.yaml", "model.safetensors", "tokenizer/vocab.txt", "trainer.json", "trainer.safetensors"]
 
@@ -145,7 +153,7 @@ def test_trainer_state_must_be_plain_json(tmp_path):
 def test_crash_mid_save_leaves_no_broken_checkpoint(tmp_path, monkeypatch):
     model, optimizer = _trained()
     target = tmp_path / "ckpts" / "step-000002"
-    real = ckpt._write_trainer
+    real = ckpt.write_trainer
     calls = []
 
     def crash(directory, *args):
@@ -153,33 +161,33 @@ def test_crash_mid_save_leaves_no_broken_checkpoint(tmp_path, monkeypatch):
         calls.append(directory)
         raise KeyboardInterrupt("killed")
 
-    monkeypatch.setattr(ckpt, "_write_trainer", crash)
+    monkeypatch.setattr(ckpt, "write_trainer", crash)
     with pytest.raises(KeyboardInterrupt):
-        _save(target, model, optimizer)
+        save(target, model, optimizer)
     assert calls and not target.exists()
-    monkeypatch.setattr(ckpt, "_write_trainer", real)
-    _save(target, model, optimizer)
+    monkeypatch.setattr(ckpt, "write_trainer", real)
+    save(target, model, optimizer)
     load_checkpoint(target, model=Tiny(seed=1))
 
     # a crash while re-saving the same step keeps the previous version intact
     before = load_weights(target)["hidden.weight"].clone()
     _train(model, optimizer, BATCHES[2:3])
-    monkeypatch.setattr(ckpt, "_write_trainer", crash)
+    monkeypatch.setattr(ckpt, "write_trainer", crash)
     with pytest.raises(KeyboardInterrupt):
-        _save(target, model, optimizer)
+        save(target, model, optimizer)
     assert torch.equal(load_weights(target)["hidden.weight"], before)
 
     # a temp dir left by a killed process is removed by the next save; the re-save replaces the old version
     (target.parent / ".step-000002.tmp-dead").mkdir()
-    monkeypatch.setattr(ckpt, "_write_trainer", real)
-    _save(target, model, optimizer)
+    monkeypatch.setattr(ckpt, "write_trainer", real)
+    save(target, model, optimizer)
     assert torch.equal(load_weights(target)["hidden.weight"], model.hidden.weight)
     assert sorted(p.name for p in target.parent.iterdir()) == ["step-000002"]
 
 
 def test_failed_rename_puts_the_previous_version_back(tmp_path, monkeypatch):
     target = tmp_path / "c"
-    _save(target, Tiny(seed=1))
+    save(target, Tiny(seed=1))
     real_replace, calls = ckpt.os.replace, []
 
     def replace(src, dst):
@@ -190,7 +198,7 @@ def test_failed_rename_puts_the_previous_version_back(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ckpt.os, "replace", replace)
     with pytest.raises(OSError, match="disk gone"):
-        _save(target, Tiny(seed=2))
+        save(target, Tiny(seed=2))
     monkeypatch.undo()
     assert torch.equal(load_weights(target)["hidden.weight"], Tiny(seed=1).hidden.weight)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
@@ -200,7 +208,7 @@ def test_a_full_disk_is_an_os_error_naming_the_file_and_the_old_version_stays(tm
     """safetensors reports a full disk as its own SafetensorError ("... (os error 28)"): it was a traceback
     from trainer.safetensors, with no errno for a caller to act on."""
     target = tmp_path / "c"
-    _save(target, Tiny(seed=1))
+    save(target, Tiny(seed=1))
     real = ckpt_files.save_file
 
     def full(tensors, filename, metadata=None):
@@ -210,7 +218,7 @@ def test_a_full_disk_is_an_os_error_naming_the_file_and_the_old_version_stays(tm
 
     monkeypatch.setattr(ckpt_files, "save_file", full)
     with pytest.raises(OSError) as err:
-        _save(target, Tiny(seed=2))
+        save(target, Tiny(seed=2))
     assert err.value.errno == errno.ENOSPC and err.value.filename.endswith("/trainer.safetensors")
     monkeypatch.undo()
     assert torch.equal(load_weights(target)["hidden.weight"], Tiny(seed=1).hidden.weight)
@@ -218,7 +226,7 @@ def test_a_full_disk_is_an_os_error_naming_the_file_and_the_old_version_stays(tm
 
 
 def test_truncated_weights_named(tmp_path):
-    _save(tmp_path / "c", Tiny())
+    save(tmp_path / "c", Tiny())
     file = tmp_path / "c" / "model.safetensors"
     data = file.read_bytes()
     file.write_bytes(data[: len(data) // 2])
@@ -229,7 +237,7 @@ def test_truncated_weights_named(tmp_path):
 
 
 def test_invalid_trainer_json_named(tmp_path):
-    _save(tmp_path / "c", Tiny())
+    save(tmp_path / "c", Tiny())
     (tmp_path / "c" / "trainer.json").write_text('{"trainer_state": {"step": 1')
     with pytest.raises(CheckpointError, match=r"trainer\.json.*earlier checkpoint"):
         load_checkpoint(tmp_path / "c")
@@ -241,7 +249,7 @@ def test_invalid_trainer_json_named(tmp_path):
 ])
 def test_a_damaged_config_is_named_in_one_line(tmp_path, text, problem):
     """A config.yaml that is not YAML gave PyYAML's message of four lines, and `seqmap: error:` speaks in one."""
-    _save(tmp_path / "c", Tiny())
+    save(tmp_path / "c", Tiny())
     (tmp_path / "c" / "config.yaml").write_text(text)
     with pytest.raises(CheckpointError) as info:
         read_config(tmp_path / "c")
@@ -258,14 +266,14 @@ def test_missing_files_named(tmp_path):
     (tmp_path / "config.yaml").write_text("")  # a file given where a checkpoint goes ("does not exist" before)
     with pytest.raises(CheckpointError, match=r"config.yaml is a file, not a checkpoint directory"):
         load_checkpoint(tmp_path / "config.yaml", model=Tiny())
-    _save(tmp_path / "c", Tiny())
+    save(tmp_path / "c", Tiny())
     (tmp_path / "c" / "trainer.safetensors").unlink()
     with pytest.raises(CheckpointError, match=r"trainer\.safetensors"):
         load_checkpoint(tmp_path / "c", restore_rng=True)
 
 
 def test_strict_loading_names_the_parameter(tmp_path):
-    _save(tmp_path / "c", Tiny())
+    save(tmp_path / "c", Tiny())
     with pytest.raises(CheckpointError, match=r"'embed\.weight'.*\(11, 8\).*\(11, 6\)"):
         load_checkpoint(tmp_path / "c", model=Tiny(d=6))
     other = nn.Sequential(nn.Linear(D, D))
@@ -273,114 +281,26 @@ def test_strict_loading_names_the_parameter(tmp_path):
         load_checkpoint(tmp_path / "c", model=other)
 
 
-@pytest.mark.parametrize(
-    ("mode", "best_step"),
-    [("min", 2), ("max", 3)],
-)
-def test_manager_keeps_last_two_and_best(tmp_path, mode, best_step):
-    manager = CheckpointManager(tmp_path, keep_last=2, metric="loss", mode=mode)
-    model = Tiny()
-    for step, value in zip([1, 2, 3, 4, 5], [3.0, 1.0, 5.0, 2.0, float("nan")], strict=True):
-        manager.save(step, model=model, trainer_state={"step": step}, config=CONFIG, metric_value=value)
-    kept = sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*"))
-    assert kept == sorted({f"step-{best_step:06d}", "step-000004", "step-000005"})
-    index = json.loads((tmp_path / "checkpoints" / "index.json").read_text())
-    assert sorted(e["name"] for e in index["checkpoints"]) == kept
-    assert index["last"] == "step-000005" and index["best"]["step"] == best_step
-    assert manager.latest() == tmp_path / "checkpoints" / "step-000005"
-    assert manager.best() == tmp_path / "checkpoints" / f"step-{best_step:06d}"
-    assert load_checkpoint(manager.best()).trainer_state == {"step": best_step}
+def test_a_weights_only_checkpoint_loads_its_weights_but_cannot_resume(tmp_path):
+    """An averaged (or imported) checkpoint holds no optimizer or RNG state: WeightsOnlyError, a CheckpointError."""
+    model, optimizer = _trained()
+    save(tmp_path / "a", model, optimizer)
+    out = save_averaged([tmp_path / "a"], tmp_path / "avg")
+    fresh = Tiny(seed=1)
+    load_checkpoint(out, model=fresh)
+    assert torch.equal(fresh.hidden.weight, model.hidden.weight)
+    with pytest.raises(WeightsOnlyError, match="holds no optimizer state; load it without optimizer="):
+        load_checkpoint(out, optimizer=torch.optim.AdamW(fresh.parameters()))
+    with pytest.raises(CheckpointError, match="holds no RNG state; load it with restore_rng=False"):
+        load_checkpoint(out, restore_rng=True)
 
 
-def test_a_damaged_index_says_to_delete_it_and_without_it_the_latest_is_the_highest_step(tmp_path):
-    manager = CheckpointManager(tmp_path, keep_last=3)
-    for step in (999_998, 999_999, 1_000_000):  # a million steps: names of 6 and of 7 digits
-        manager.save(step, model=Tiny(), trainer_state={"step": step}, config=CONFIG)
-    index = tmp_path / "checkpoints" / "index.json"
-    index.write_text('{"checkpoints": [')  # a crash that truncated it
-    with pytest.raises(CheckpointError, match=r"index\.json \(.*\); delete it and it is rebuilt from step-\* dirs"):
-        manager.latest()
-    index.write_text("[]")
-    with pytest.raises(CheckpointError, match=r"index\.json is not a checkpoint index; delete it"):
-        manager.latest()
-    index.unlink()
-    assert manager.latest() == tmp_path / "checkpoints" / "step-1000000"  # was step-999999, first by name
-    (tmp_path / "checkpoints" / "step-notes").mkdir()  # a folder that is no step is not a checkpoint
-    assert manager.latest() == tmp_path / "checkpoints" / "step-1000000"
-
-
-def test_an_index_rebuilt_from_the_step_dirs_keeps_the_best_and_its_ties(tmp_path):
-    manager = CheckpointManager(tmp_path, keep_last=1, metric="bleu", mode="max")
-    for step, value, loss in [(1, 20.0, 3.0), (2, 30.0, 2.5), (3, 30.0, 2.0), (4, 10.0, 1.0)]:
-        manager.save(step, model=Tiny(), trainer_state={"step": step}, config=CONFIG, metric_value=value,
-                     tie_break=loss)
-    (tmp_path / "checkpoints" / "index.json").unlink()  # as the damaged-index error says to
-    assert manager.best() == tmp_path / "checkpoints" / "step-000003"  # 30.0 with the lower loss
-    manager.save(5, model=Tiny(), trainer_state={"step": 5}, config=CONFIG, metric_value=5.0)
-    kept = sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*"))
-    assert kept == ["step-000003", "step-000005"]  # rotation kept the best (before: forgotten and deleted)
-    index = json.loads((tmp_path / "checkpoints" / "index.json").read_text())
-    assert index["best"] == {"name": "step-000003", "step": 3, "value": 30.0}
-    # ranked by another metric, or saved by an older seqmap (no index_entry): no value, as before
-    (tmp_path / "checkpoints" / "index.json").unlink()
-    assert CheckpointManager(tmp_path, keep_last=1, metric="loss").best() is None
-    trainer_json = tmp_path / "checkpoints" / "step-000003" / "trainer.json"
-    trainer_json.write_text(json.dumps({k: v for k, v in json.loads(trainer_json.read_text()).items()
-                                        if k != "index_entry"}))
-    assert manager.best() == tmp_path / "checkpoints" / "step-000005"
-
-
-def test_manager_without_metric_and_bad_options(tmp_path):
-    manager = CheckpointManager(tmp_path, keep_last=1)
-    assert manager.latest() is None and manager.best() is None
-    for step in (10, 20):
-        manager.save(step, model=Tiny(), trainer_state={}, config={})
-    assert [p.name for p in (tmp_path / "checkpoints").glob("step-*")] == ["step-000020"]
-    assert manager.best() is None
-    with pytest.raises(ValueError, match="mode"):
-        CheckpointManager(tmp_path, mode="highest")
-    with pytest.raises(CheckpointError, match="metric"):
-        CheckpointManager(tmp_path, metric="bleu", mode="max").save(30, model=Tiny(), trainer_state={}, config={})
-
-
-def test_average_of_two(tmp_path):
-    a, b = Tiny(seed=1), Tiny(seed=2)
-    _save(tmp_path / "a", a)
-    _save(tmp_path / "b", b)
-    avg = average_checkpoints([tmp_path / "a", tmp_path / "b"])
-    for name, t in a.state_dict().items():
-        if t.is_floating_point():
-            expected = ((t.double() + b.state_dict()[name].double()) / 2).float()
-            assert torch.equal(avg[name], expected), name
-    assert avg["seen"].item() == 2  # integer buffers come from the last checkpoint
-    assert avg["output.weight"] is avg["embed.weight"]
-
-    out = save_averaged([tmp_path / "a", tmp_path / "b"], tmp_path / "avg")
-    model = Tiny(seed=5)
-    loaded = load_checkpoint(out, model=model)
-    assert loaded.config == CONFIG and model.output.weight is model.embed.weight
-    assert torch.equal(model.hidden.bias, avg["hidden.bias"])
-
-
-def test_average_mismatch_is_named(tmp_path):
-    _save(tmp_path / "a", Tiny())
-    _save(tmp_path / "b", Tiny(d=6))
-    with pytest.raises(CheckpointError, match=r"'embed\.weight'"):
-        average_checkpoints([tmp_path / "a", tmp_path / "b"])
-    save_checkpoint(tmp_path / "c", model=nn.Linear(D, D), trainer_state={}, config={})
-    with pytest.raises(CheckpointError, match=r"'bias'"):
-        average_checkpoints([tmp_path / "a", tmp_path / "c"])
-
-
-@pytest.mark.parametrize(("mode", "values", "ties", "best_step"), [
-    ("max", [80.0, 82.0, 82.0, 81.0], [0.9, 0.8, 0.7, 0.1], 3),  # equal accuracy: the lower loss wins
-    ("max", [80.0, 82.0, 82.0, 81.0], [0.9, 0.7, 0.8, 0.1], 2),
-    ("max", [80.0, 82.0, 82.0, 81.0], [0.9, 0.8, 0.8, 0.1], 2),  # equal in both: the earliest
-    ("min", [1.0, 0.5, 0.5, 0.7], [0.0, 2.0, 1.0, 0.0], 3),
-])
-def test_manager_breaks_ties_by_the_lower_tie_break(tmp_path, mode, values, ties, best_step):
-    manager = CheckpointManager(tmp_path, keep_last=1, metric="accuracy", mode=mode)
-    for step, (value, tie) in enumerate(zip(values, ties, strict=True), start=1):
-        manager.save(step, model=Tiny(), trainer_state={"step": step}, config=CONFIG, metric_value=value,
-                     tie_break=tie)
-    assert manager.best() == tmp_path / "checkpoints" / f"step-{best_step:06d}"
+def test_a_checkpoint_finds_its_own_tokenizer_else_its_runs(tmp_path):
+    """``find_tokenizer``: what translate, --init and averaging decode a checkpoint with."""
+    step = tmp_path / "run" / "checkpoints" / "step-000001"
+    save(step, Tiny())
+    assert find_tokenizer(step) is None  # a graph run has none
+    (tmp_path / "run" / "tokenizer").mkdir()
+    assert find_tokenizer(step) == tmp_path / "run" / "tokenizer"
+    (step / "tokenizer").mkdir()
+    assert find_tokenizer(step) == step / "tokenizer"

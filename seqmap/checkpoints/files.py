@@ -1,9 +1,8 @@
 """The files of one checkpoint directory, each read or written on its own.
 
-``checkpoint.py`` puts them together into a checkpoint; this module holds what the checkpoint
-format, rotation (``checkpoint_manager.py``) and averaging (``averaging.py``) share: the file
-names, ``CheckpointError``, the weights file (tied tensors stored once, their other names in
-the metadata), ``config.yaml``, and fsync of files and directories.
+What the checkpoint (``checkpoint.py``), rotation (``manager.py``) and averaging (``averaging.py``) share:
+the file names, the weights file (tied tensors stored once, their other names in the metadata),
+``config.yaml``, and fsync of files and directories.
 """
 
 from __future__ import annotations
@@ -21,6 +20,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
+from seqmap.checkpoints.errors import CheckpointError
+
 MODEL_FILE = "model.safetensors"
 TRAINER_FILE = "trainer.safetensors"
 TRAINER_JSON = "trainer.json"
@@ -28,10 +29,6 @@ CONFIG_FILE = "config.yaml"
 TOKENIZER_DIR = "tokenizer"
 FORMAT_VERSION = 1
 _TIED_KEY = "seqmap.tied"  # model.safetensors metadata: JSON {alias name: stored name}
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, damaged, or does not fit the model/optimizer it is loaded into."""
 
 
 # --- writing ----------------------------------------------------------------------------------
@@ -138,6 +135,15 @@ def checked_dir(directory: str | os.PathLike) -> Path:
     if backups:
         msg += f"; a save was interrupted and the previous version is in {backups[-1]}: rename it to {path.name}"
     raise CheckpointError(msg)
+
+
+def find_tokenizer(checkpoint: Path) -> Path | None:
+    """The tokenizer a checkpoint decodes with: its own ``tokenizer/``, else its run's (``RUN/tokenizer``, where
+    checkpoints saved without one find it), else None (graph runs have none)."""
+    for folder in (checkpoint / TOKENIZER_DIR, checkpoint.parent.parent / TOKENIZER_DIR):
+        if folder.is_dir():
+            return folder
+    return None
 
 
 def damaged_advice(path: Path) -> str:
