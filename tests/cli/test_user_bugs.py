@@ -108,3 +108,52 @@ def test_evaluate_shows_its_decoding_progress_on_a_terminal_only(ckpt, capsys, m
                  "--out", str(tmp_path / "hyp"), "--threads", "1"]) == 0
     assert "3 hypotheses written" in capsys.readouterr().out
     assert ("decoding:" in err.getvalue() and "/3 [" in err.getvalue()) == shown
+
+
+# -- mistakes in the command line and the config ----------------------------------------------------
+
+@pytest.mark.parametrize("argv, usage, hint", [
+    (["translate", "RUN", "--beam", "5"], "usage: seqmap translate ", "--beam; did you mean --decode.beam_size?"),
+    (["evaluate", "RUN", "--nbst", "2"], "usage: seqmap evaluate ", "--nbst 2; did you mean --nbest?"),
+    (["train", "c.yaml", "--max-steps", "3"], "usage: seqmap train ", "--max-steps 3; did you mean --train.max_steps?"),
+    (["serve", "RUN", "--prot", "1"], "usage: seqmap serve ", "--prot 1; did you mean --port?"),
+    (["translate", "RUN", "--zzz"], "usage: seqmap translate ", "unrecognized arguments: --zzz\n"),
+], ids=["translate", "evaluate", "train", "serve", "nothing near"])
+def test_an_unknown_option_prints_its_commands_usage_and_the_nearest_option(capsys, argv, usage, hint):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage) and f"seqmap {argv[0]}: error: unrecognized arguments: " in err
+    assert err.endswith(hint if hint.endswith("\n") else hint + "\n")  # no guess when nothing is near
+
+
+def test_a_misspelt_choice_in_the_config_names_the_nearest(tmp_path, capsys):
+    from seqmap.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"model.family = 'transfomer' is not valid; did you mean 'transformer'\? "
+                                          r"choose one of \['transformer', 'lm', "):
+        from_dict(RunConfig, {"model": {"family": "transfomer"}})
+    with pytest.raises(ConfigError, match=r"train.schedule = 'zigzag' is not valid; choose one of"):
+        from_dict(RunConfig, {"train": {"schedule": "zigzag"}})  # nothing near: no guess
+    (tmp_path / "c.yaml").write_text("model:\n  family: transfomer\n")
+    assert main(["train", str(tmp_path / "c.yaml"), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "did you mean 'transformer'?" in err
+
+
+def test_a_run_dir_that_does_not_exist_is_called_so(ckpt, tmp_path, capsys, monkeypatch):
+    assert main(["translate", str(tmp_path / "nowhere"), "a b"]) == 2
+    assert capsys.readouterr().err == (f"seqmap: error: {tmp_path / 'nowhere'} does not exist; give a run directory "
+                                       "or a checkpoint directory\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["evaluate", "runs/gone"]) == 2
+    assert capsys.readouterr().err == ("seqmap: error: runs/gone does not exist; give a run directory or a "
+                                       f"checkpoint directory (relative paths start at {tmp_path})\n")
+    (tmp_path / "notes.txt").write_text("a file\n")
+    assert main(["translate", "notes.txt", "a b"]) == 2
+    assert "notes.txt is not a run directory or a checkpoint directory" in capsys.readouterr().err
+    assert main(["train", "--resume", "runs/gone"]) == 2
+    assert capsys.readouterr().err == ("seqmap: error: --resume runs/gone does not exist; give the run directory to "
+                                       "continue\n")
+    assert main(["translate", str(ckpt), "a b"]) == 0  # an existing run still loads
