@@ -157,3 +157,16 @@ def test_a_run_dir_that_does_not_exist_is_called_so(ckpt, tmp_path, capsys, monk
     assert capsys.readouterr().err == ("seqmap: error: --resume runs/gone does not exist; give the run directory to "
                                        "continue\n")
     assert main(["translate", str(ckpt), "a b"]) == 0  # an existing run still loads
+
+
+def test_plot_says_in_one_line_which_package_draws_chinese(ckpt, capsys, monkeypatch, tmp_path):
+    from seqmap.visualize import fonts
+
+    monkeypatch.setattr(fonts, "_families", dict)  # as on a machine without CJK fonts
+    monkeypatch.setattr(fonts, "_add_new_system_fonts", lambda: False)
+    monkeypatch.setattr(fonts, "_warned_missing", False)
+    assert main(["plot", "attention", str(ckpt), "--text", "a 你 b", "--out", str(tmp_path / "zh.png")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == f"wrote {tmp_path / 'zh.png'}\n"
+    assert captured.err == ("seqmap: warning: no installed font has the characters '你', so they are drawn as boxes; "
+                            "install a CJK font (Debian/Ubuntu: sudo apt install fonts-noto-cjk) and plot again\n")
