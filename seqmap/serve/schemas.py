@@ -98,7 +98,8 @@ class Attention(BaseModel):
 class Translation(BaseModel):
     source: str
     translation: str = Field(description="the best translation")
-    nbest: list[Hypothesis] = Field(description="n_best entries, best first (the first is `translation`)")
+    nbest: list[Hypothesis] = Field(description="n_best entries, best first (the first is `translation`); an empty "
+                                                "text has one, empty, scored 0")
     attention: Attention | None = Field(None, description="when asked for; null for an empty source (nothing was "
                                                         "translated)")
 
