@@ -26,13 +26,12 @@ assembles the parser and runs the chosen handler.
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import sys
 
 import seqmap
 from seqmap.cli import average, classify, data, evaluate, generate, hub, plot, toy, train, transcribe, translate
-from seqmap.cli.common import INTERRUPTED_STATUS, USAGE_ERROR, UserError
+from seqmap.cli.common import INTERRUPTED_STATUS, USAGE_ERROR, UserError, unrecognized
 from seqmap.config import ConfigError
 
 __all__ = ["USAGE_ERROR", "UserError", "build_parser", "main"]
@@ -40,7 +39,6 @@ __all__ = ["USAGE_ERROR", "UserError", "build_parser", "main"]
 # in the order `seqmap --help` lists them
 VERBS = (train, translate, transcribe, evaluate, generate, classify, average, data, hub, plot, toy)
 NO_OVERRIDES = ("classify", "average", "data", "import", "export", "plot")  # verbs no --section.key reaches
-DECODE_OVERRIDES = ("translate", "evaluate", "generate", "transcribe")  # verbs --decode.key reaches (train: all)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,30 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     from seqmap import serve  # imports neither FastAPI nor uvicorn until `serve` runs
 
     serve.add_parser(commands)
-    parser.commands = commands  # each verb's parser, for errors in its arguments (``_unrecognized``)
+    parser.commands = commands  # each verb's parser, for errors in its arguments (``unrecognized``)
     return parser
-
-
-def _unrecognized(parser: argparse.ArgumentParser, command: str, stray: list[str]) -> None:
-    """Exit 2 with the usage of ``command`` (not the top level's), naming the stray arguments and, when one is
-    close, the option of the command the first unknown one misspells (``--beam``: ``--decode.beam_size``)."""
-    from dataclasses import fields
-    from typing import get_type_hints
-
-    from seqmap.config import RunConfig
-
-    verb = parser.commands.choices[command]
-    names = {opt.lstrip("-").replace("-", "_"): opt for action in verb._actions for opt in action.option_strings
-             if opt.startswith("--")}
-    section_types = get_type_hints(RunConfig)  # model -> ModelConfig, ...
-    sections = list(section_types) if command == "train" else ["decode"] if command in DECODE_OVERRIDES else []
-    for section in sections:
-        for option in fields(section_types[section]):
-            names.setdefault(option.name, f"--{section}.{option.name}")
-    message = f"unrecognized arguments: {' '.join(stray)}"
-    unknown = next((tok.split("=", 1)[0] for tok in stray if tok.startswith("--")), None)
-    near = difflib.get_close_matches(unknown.lstrip("-").replace("-", "_"), names, n=1) if unknown else []
-    verb.error(message + (f"; did you mean {names[near[0]]}?" if near else ""))
 
 
 def _split_overrides(tokens: list[str]) -> tuple[list[str], list[str]]:
@@ -132,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             setattr(args, name, [*getattr(args, name), *(tok for tok in stray if not tok.startswith("-"))])
             stray = [tok for tok in stray if tok.startswith("-")]
     if stray:
-        _unrecognized(parser, args.command, stray)
+        unrecognized(parser.commands.choices[args.command], args.command, stray)
     args.overrides = overrides
     if overrides and args.command in NO_OVERRIDES:  # they were ignored without a word
         _report(f"error: seqmap {args.command} takes no --SECTION.KEY options; leave out {overrides[0].split('=')[0]}")
