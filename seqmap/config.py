@@ -11,6 +11,7 @@ is in ``config_io.py``, and its public names are importable from here too.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,8 +62,11 @@ CONVS2S_POSITIONS = ("learned", "sinusoidal", "none")  # model.positional of con
 
 
 def _choice(section: str, name: str, value: Any, allowed: tuple) -> None:
+    """``value`` is one of ``allowed``; else one line naming the nearest (a misspelt ``transfomer``)."""
     if value not in allowed:
-        raise ConfigError(f"{section}.{name} = {value!r} is not valid; choose one of {list(allowed)}")
+        near = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise ConfigError(f"{section}.{name} = {value!r} is not valid; {hint}choose one of {list(allowed)}")
 
 
 def _positive(section: str, name: str, value: int) -> None:

@@ -244,7 +244,7 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
         translated = [entries[0].output for entries in texts] if n_best == 1 else texts
     else:
         translated = translate_texts(run.model, run.src_tok, run.tgt_tok, sources, decode, n_best=n_best,
-                                     device=run.device, max_src_len=run.cfg.data.max_src_len)
+                                     device=run.device, max_src_len=run.cfg.data.max_src_len, progress=True)
     hyps = translated if n_best == 1 else [entries[0].output for entries in translated]
     result = {}
     if out is not None:

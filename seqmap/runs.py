@@ -50,6 +50,9 @@ def find_checkpoint(path: str | Path, which: str = "best") -> Path:
     path = Path(path)
     if (path / MODEL_FILE).exists():
         return path
+    if not path.exists():
+        where = "" if path.is_absolute() else f" (relative paths start at {Path.cwd()})"
+        raise RunError(f"{path} does not exist; give a run directory or a checkpoint directory{where}")
     if not path.is_dir():
         raise RunError(f"{path} is not a run directory or a checkpoint directory")
     if which not in ("best", "last"):  # a checkpoint directory: as given, or by name inside the run

@@ -31,7 +31,7 @@ import sys
 
 import seqmap
 from seqmap.cli import average, classify, data, evaluate, generate, hub, plot, toy, train, transcribe, translate
-from seqmap.cli.common import INTERRUPTED_STATUS, USAGE_ERROR, UserError
+from seqmap.cli.common import INTERRUPTED_STATUS, USAGE_ERROR, UserError, unrecognized
 from seqmap.config import ConfigError
 
 __all__ = ["USAGE_ERROR", "UserError", "build_parser", "main"]
@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     from seqmap import serve  # imports neither FastAPI nor uvicorn until `serve` runs
 
     serve.add_parser(commands)
+    parser.commands = commands  # each verb's parser, for errors in its arguments (``unrecognized``)
     return parser
 
 
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             setattr(args, name, [*getattr(args, name), *(tok for tok in stray if not tok.startswith("-"))])
             stray = [tok for tok in stray if tok.startswith("-")]
     if stray:
-        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+        unrecognized(parser.commands.choices[args.command], args.command, stray)
     args.overrides = overrides
     if overrides and args.command in NO_OVERRIDES:  # they were ignored without a word
         _report(f"error: seqmap {args.command} takes no --SECTION.KEY options; leave out {overrides[0].split('=')[0]}")

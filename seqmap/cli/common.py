@@ -32,6 +32,30 @@ def threads(n: int | None) -> int:
     return torch.get_num_threads()
 
 
+DECODE_OVERRIDES = ("translate", "evaluate", "generate", "transcribe")  # verbs --decode.key reaches (train: all)
+
+
+def unrecognized(verb: argparse.ArgumentParser, command: str, stray: list[str]) -> None:
+    """Exit 2 with the usage of ``command``'s parser ``verb`` (not the top level's), naming the stray arguments and,
+    when one is close, the option the first unknown one misspells (``--beam``: ``--decode.beam_size``)."""
+    import difflib
+    from dataclasses import fields
+    from typing import get_type_hints
+
+    from seqmap.config import RunConfig
+
+    names = {opt.lstrip("-").replace("-", "_"): opt for action in verb._actions for opt in action.option_strings
+             if opt.startswith("--")}
+    section_types = get_type_hints(RunConfig)  # model -> ModelConfig, ...
+    sections = list(section_types) if command == "train" else ["decode"] if command in DECODE_OVERRIDES else []
+    for section in sections:
+        for option in fields(section_types[section]):
+            names.setdefault(option.name, f"--{section}.{option.name}")
+    unknown = next((tok.split("=", 1)[0] for tok in stray if tok.startswith("--")), None)
+    near = difflib.get_close_matches(unknown.lstrip("-").replace("-", "_"), names, n=1) if unknown else []
+    verb.error(f"unrecognized arguments: {' '.join(stray)}" + (f"; did you mean {names[near[0]]}?" if near else ""))
+
+
 def run_parser(commands, name: str, help_: str, description: str, epilog: str) -> argparse.ArgumentParser:
     """A subcommand on a trained run: RUN_DIR, --checkpoint, --device, --threads."""
     p = commands.add_parser(name, allow_abbrev=False, help=help_, description=description, epilog=epilog,

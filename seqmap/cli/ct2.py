@@ -10,9 +10,11 @@ from seqmap.cli.common import UserError
 def ct2_decoder(run, args: argparse.Namespace, decode):
     """``--ct2 DIR`` of translate and evaluate: (source ids, n_best) -> per source its n-best ``Scored`` id lists
     (scored when n_best > 1), decoded by the run's CTranslate2 export (``seqmap.hub.ct2``) with torch's thread
-    count; ``--quantize int8`` runs the export in int8. A directory that holds another run's export is refused."""
+    count; ``--quantize int8`` runs the export in int8; an empty source is not decoded (its output is empty).
+    A directory that holds another run's export is refused."""
     import torch
 
+    from seqmap.decoding.text import skip_empty
     from seqmap.hub import HubError
     from seqmap.hub.ct2 import open_export, translate_ct2_nbest
 
@@ -25,8 +27,8 @@ def ct2_decoder(run, args: argparse.Namespace, decode):
 
     def decode_nbest(sources: list[list[int]], n_best: int = 1):
         try:
-            return translate_ct2_nbest(translator, run.src_tok, run.tgt_tok, sources, decode, n_best=n_best,
-                                       scores=n_best > 1)
+            return skip_empty(sources, lambda rows: translate_ct2_nbest(
+                translator, run.src_tok, run.tgt_tok, rows, decode, n_best=n_best, scores=n_best > 1), n_best > 1)
         except HubError as e:
             raise UserError(str(e)) from None
 

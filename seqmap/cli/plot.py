@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from seqmap.cli.common import UserError, check_text
@@ -67,10 +68,21 @@ def add_parser(commands) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    import warnings
+
     from seqmap import visualize
+    from seqmap.visualize.fonts import MissingGlyphsWarning
+
+    def show(message, category, *where, **options) -> None:  # characters no font has: one line, no source line
+        if issubclass(category, MissingGlyphsWarning):
+            print(f"seqmap: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, *where, **options)
 
     try:
-        _plot(args, visualize)
+        with warnings.catch_warnings():  # puts showwarning back on the way out
+            shown, warnings.showwarning = warnings.showwarning, show
+            _plot(args, visualize)
     except (FileNotFoundError, ValueError) as e:  # a wrong path, suffix or option: the message says which
         raise UserError(str(e)) from None
     print(f"wrote {args.out}")

@@ -53,6 +53,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         run_dir = Path(args.resume)
         if args.config is not None:
             raise UserError("give either CONFIG or --resume RUN_DIR (a resumed run reads RUN_DIR/config.yaml)")
+        if not run_dir.exists():
+            raise UserError(f"--resume {run_dir} does not exist; give the run directory to continue")
         if not (run_dir / "config.yaml").is_file():
             raise UserError(f"--resume {run_dir}: no config.yaml there; is it a run directory?")
         cfg = load_config(run_dir / "config.yaml", args.overrides)

@@ -35,8 +35,7 @@ def add_parser(commands) -> None:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    from seqmap.data.pipeline import truncate_source
-    from seqmap.decoding.text import translate_nbest
+    from seqmap.decoding.text import source_ids, translate_nbest
 
     run = load(args)
     if run.cfg.data.task in ("classification", "image"):
@@ -54,7 +53,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     if args.prefix is not None:
         check_text(args.prefix, "--prefix")
     prefixes = None if args.prefix is None else [run.tgt_tok.encode(args.prefix)] * len(texts)
-    sources = [truncate_source(run.src_tok.encode(t), run.cfg.data.max_src_len) for t in texts]
+    sources = source_ids(run.src_tok, texts, run.cfg.data.max_src_len)  # a blank line translates as empty
     try:
         if args.ct2 is not None:
             refuse_with_ct2(args, {"--prefix": args.prefix is not None, "--sample": args.sample,

@@ -14,16 +14,19 @@ never runs out of memory.
 
 With ``n_best == 1`` the functions return one output per input; with
 ``n_best > 1`` they return, per input, its n-best list of ``Scored`` entries
-(best first).
+(best first). An empty source (a blank line: no tokens) is not decoded: its
+translation is empty, in its place among the others.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
+from tqdm import tqdm
 
 from seqmap.config import DecodeConfig, from_dict, to_dict
 from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD, Tokenizer
@@ -59,6 +62,28 @@ def pad_sources(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu
     for i, r in enumerate(rows):
         src[i, : len(r)] = torch.tensor(r, dtype=torch.long)
     return src.to(device), (src != PAD).to(device)
+
+
+def nothing_to_translate(scores: bool = True) -> list[Scored]:
+    """The n-best list of an empty source: one empty output, certain (score 0), or unscored (None)."""
+    return [Scored([], 0.0, 0.0) if scores else Scored([], None, None)]
+
+
+def skip_empty(sources: Sequence[Sequence[int]], decode_rows, scores: bool = True) -> list[list[Scored]]:
+    """``decode_rows(rows) -> n-best lists`` run on the non-empty sources only; an empty source gets
+    ``nothing_to_translate``, in its place. For decoders of whole batches (``seqmap.hub.ct2``)."""
+    kept = [i for i, s in enumerate(sources) if len(s)]
+    out = [nothing_to_translate(scores) for _ in sources]
+    for i, entries in zip(kept, decode_rows([sources[i] for i in kept]) if kept else [], strict=True):
+        out[i] = entries
+    return out
+
+
+def source_ids(tok: Tokenizer, texts: Sequence[str], max_src_len: int = 0) -> list[list[int]]:
+    """Token ids of source texts as translation reads them: a blank text (only whitespace) has none, so it is
+    translated as empty whatever the tokenizer makes of spaces; with ``max_src_len`` > 0, the first that many."""
+    rows = [tok.encode(t) if t.strip() else [] for t in texts]
+    return [r[:max_src_len] for r in rows] if max_src_len > 0 else rows
 
 
 def strip_output(ids: Sequence[int]) -> list[int]:
@@ -141,7 +166,7 @@ def _generators(sample: bool, seed: int, count: int, device) -> list[torch.Gener
 def translate_nbest(model, sources: Sequence[Sequence[int]], decode: DecodeConfig, *, n_best: int = 1,
                     prefixes: Sequence[Sequence[int]] | None = None, sample: bool = False, seed: int = 0,
                     need_attention: bool = False, device: torch.device | str = "cpu",
-                    scores: bool = True) -> list[list[Scored]]:
+                    scores: bool = True, progress: bool = False) -> list[list[Scored]]:
     """Per source id list, its n-best translations as ``Scored`` id lists, in input order.
 
     Args:
@@ -157,6 +182,10 @@ def translate_nbest(model, sources: Sequence[Sequence[int]], decode: DecodeConfi
         need_attention: keep each output's attention (rows for generated tokens only).
         scores: False: greedy decoding (beam size 1, no sampling) does not score its outputs
             (``Scored.score`` and ``normalized`` are None), a softmax over the vocabulary per step saved.
+        progress: show a bar of sentences decoded on stderr, when stderr is a terminal.
+
+    An empty source is not decoded (nothing to translate): its n-best list is one empty output, scored 0
+    (``nothing_to_translate``), whatever its prefix.
     """
     forced = [[BOS, *p] for p in prefixes] if prefixes is not None else [[BOS]] * len(sources)
     if len(forced) != len(sources):
@@ -164,9 +193,11 @@ def translate_nbest(model, sources: Sequence[Sequence[int]], decode: DecodeConfi
     beams = 1 if sample else decode.beam_size
     lengths = [max(len(s), 1) for s in sources]
     generators = _generators(sample, seed, len(sources), device)
-    out: list[list[Scored]] = [[] for _ in sources]
+    out: list[list[Scored]] = [nothing_to_translate(scores or sample or n_best > 1 or decode.beam_size > 1)
+                               for _ in sources]  # what an empty source keeps
+    bar = _progress_bar(progress, sum(1 for s in sources if len(s)))
     for prefix_len in sorted({len(f) for f in forced}):  # rows of a batch share one prefix length
-        group = [i for i, f in enumerate(forced) if len(f) == prefix_len]
+        group = [i for i, f in enumerate(forced) if len(f) == prefix_len and len(sources[i])]
         for batch in budget_batches(lengths, group, max(decode.max_tokens // beams, 1)):
             src, src_mask = pad_sources([sources[i] for i in batch], device)
             max_len = (decode.max_len_a * src_mask.sum(1).cpu() + decode.max_len_b).long().clamp(min=1)
@@ -177,7 +208,20 @@ def translate_nbest(model, sources: Sequence[Sequence[int]], decode: DecodeConfi
             for i, nbest in zip(batch, hyps):
                 out[i] = [Scored(forced[i][1:] + strip_output(h.tokens), h.score, h.normalized, h.attention)
                           for h in nbest]
+            bar.update(len(batch))
+    bar.close()
     return out
+
+
+def _progress_bar(progress: bool, total: int) -> tqdm:
+    """A bar of sentences decoded, on stderr and only on a terminal (in a log file it would be noise)."""
+    return tqdm(total=total, unit=" sentences", desc="decoding", leave=False, dynamic_ncols=True, mininterval=1.0,
+                disable=not (progress and _on_terminal(sys.stderr)), file=sys.stderr)
+
+
+def _on_terminal(stream) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
 
 
 def translate_ids(model, sources: Sequence[Sequence[int]], decode: DecodeConfig | None = None, *, n_best: int = 1,
@@ -197,22 +241,23 @@ def translate_ids(model, sources: Sequence[Sequence[int]], decode: DecodeConfig 
 def translate_texts(model, src_tok: Tokenizer, tgt_tok: Tokenizer, texts: Sequence[str],
                     decode: DecodeConfig | None = None, *, n_best: int = 1, prefix: str | Sequence[str] | None = None,
                     sample: bool = False, seed: int = 0, device: torch.device | str = "cpu", max_src_len: int = 0,
-                    **overrides) -> list[str] | list[list[Scored]]:
+                    progress: bool = False, **overrides) -> list[str] | list[list[Scored]]:
     """Translate sentences; n-best lists of ``Scored`` texts when ``n_best > 1``.
 
     ``prefix``: target text every translation starts with (one string for all,
     or one per sentence); it is part of the returned translation. ``max_src_len`` > 0
-    reads only each source's first that many tokens (the run's ``data.max_src_len``). Other
-    arguments as for ``translate_ids``.
+    reads only each source's first that many tokens (the run's ``data.max_src_len``). A blank
+    sentence translates as empty (``source_ids``). ``progress``: a bar on stderr, on a terminal.
+    Other arguments as for ``translate_ids``.
     """
     decode = resolve_config(decode, overrides)
     prefixes = None
     if prefix is not None:
         prefix = [prefix] * len(texts) if isinstance(prefix, str) else list(prefix)
         prefixes = [tgt_tok.encode(p) for p in prefix]
-    sources = [src_tok.encode(t)[:max_src_len] if max_src_len > 0 else src_tok.encode(t) for t in texts]
+    sources = source_ids(src_tok, texts, max_src_len)
     nbest = translate_nbest(model, sources, decode, n_best=n_best, prefixes=prefixes,
-                            sample=sample, seed=seed, device=device, scores=n_best > 1)
+                            sample=sample, seed=seed, device=device, scores=n_best > 1, progress=progress)
     if n_best == 1:
         return [tgt_tok.decode(entries[0].output) for entries in nbest]
     return [[e._replace(output=tgt_tok.decode(e.output)) for e in entries] for entries in nbest]

@@ -3,7 +3,8 @@
     app = create_app(load_run("runs/en-zh"), max_batch=32, wait_ms=5)
     uvicorn.run(app, host="127.0.0.1", port=8000)
 
-Routes (the OpenAPI schema is at ``/openapi.json``, browsable at ``/docs``):
+Routes (the OpenAPI schema is at ``/openapi.json``, browsable at ``/docs``: Swagger UI when an installed
+swagger-ui-bundle ships its assets, else a page of our own that lists the routes, which works offline):
 
     GET  /             the page: translate (or generate) and explore attention
     GET  /health       liveness, and the batcher's counters (batches, batch sizes)
@@ -108,11 +109,12 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         yield
         batcher.stop()
 
-    app = FastAPI(title="seqmap", version=seqmap.__version__, lifespan=lifespan,
+    app = FastAPI(title="seqmap", version=seqmap.__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Translate, generate, classify or transcribe with a trained seqmap run, and read its "
                               "attention.")
     app.state.engine, app.state.batcher, app.state.limits = engine, batcher, limits
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    _add_docs(app)
     _add_error_handlers(app, limits)
 
     @app.get("/", include_in_schema=False)
@@ -186,6 +188,28 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
         return JSONResponse({"transcriptions": results})
 
     return app
+
+
+def _add_docs(app: FastAPI) -> None:
+    """``GET /docs``: FastAPI's Swagger UI fetches its assets from a CDN, blank offline. With swagger-ui-bundle
+    installed they are served from here; without it, /docs is our page listing the routes (no CDN either)."""
+    try:
+        from swagger_ui_bundle import swagger_ui_path
+    except ImportError:
+        swagger_ui_path = None
+    if swagger_ui_path is not None:
+        from fastapi.openapi.docs import get_swagger_ui_html
+
+        app.mount("/docs/assets", StaticFiles(directory=swagger_ui_path), name="swagger-ui")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        if swagger_ui_path is None:
+            return FileResponse(STATIC_DIR / "docs.html")
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} API",
+                                   swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs/assets/swagger-ui.css",
+                                   swagger_favicon_url="/docs/assets/favicon-32x32.png")
 
 
 def _engine(run: LoadedRun, limits: Limits, ct2=None, decoder: str = "seqmap"):

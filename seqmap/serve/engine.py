@@ -41,12 +41,19 @@ import torch
 from torch import Tensor
 
 from seqmap.config import DecodeConfig, to_dict
-from seqmap.data.pipeline import truncate_source
 from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD
 from seqmap.decoding.align import forced_attention
 from seqmap.decoding.greedy import decode_loop, pick_best
 from seqmap.decoding.sampling import RowSampler
-from seqmap.decoding.text import continuation, lm_prompt, resolve_config, strip_output, translate_nbest
+from seqmap.decoding.text import (
+    continuation,
+    lm_prompt,
+    resolve_config,
+    skip_empty,
+    source_ids,
+    strip_output,
+    translate_nbest,
+)
 from seqmap.hub.ct2 import export_positions, generate_ct2_nbest, translate_ct2_nbest
 from seqmap.runs import LoadedRun
 from seqmap.serve.schemas import GenerateRequest, Limits, RequestError, TranslateRequest
@@ -142,8 +149,7 @@ class Engine:
 
     def _source_lengths(self, texts: list[str]) -> list[int]:
         """Source tokens each text is read as (truncated as decoding truncates it; an empty text reads one EOS)."""
-        return [max(len(truncate_source(self.run.src_tok.encode(t), self.run.cfg.data.max_src_len)), 1)
-                for t in texts]
+        return [max(len(ids), 1) for ids in source_ids(self.run.src_tok, texts, self.run.cfg.data.max_src_len)]
 
     def _refuse_over(self, bound: int, fix: str) -> None:
         if bound > self.limits.max_attention_weights:
@@ -164,12 +170,12 @@ class Engine:
         run = self.run
         decode = resolve_config(self.decode, {"beam_size": beam, "length_penalty": penalty})
         texts = [t for job in jobs for t in job.texts]
-        sources = [truncate_source(run.src_tok.encode(t), run.cfg.data.max_src_len) for t in texts]
+        sources = source_ids(run.src_tok, texts, run.cfg.data.max_src_len)  # a blank text translates as empty
         if self.ct2 is None:
             nbest = translate_nbest(run.model, sources, decode, n_best=n_best, device=run.device)
         else:
-            nbest = translate_ct2_nbest(self.ct2, run.src_tok, run.tgt_tok, sources, decode, n_best=n_best,
-                                        scores=True)
+            nbest = skip_empty(sources, lambda rows: translate_ct2_nbest(self.ct2, run.src_tok, run.tgt_tok, rows,
+                                                                         decode, n_best=n_best, scores=True))
         out, i = [], 0
         for job in jobs:
             results = []
@@ -182,7 +188,7 @@ class Engine:
                     "translation": run.tgt_tok.decode(best),
                     "nbest": [{"text": run.tgt_tok.decode(e.output), "score": e.score, "normalized": e.normalized}
                               for e in entries],
-                    "attention": self.cross_attention(text, src_ids, best) if job.attention else None,
+                    "attention": self.cross_attention(text, src_ids, best) if job.attention and src_ids else None,
                 })
             out.append(results)
         return out

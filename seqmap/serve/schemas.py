@@ -64,7 +64,9 @@ class _Strict(BaseModel):
 class TranslateRequest(_Strict):
     """``POST /translate``: one text or a list; beam search options; attention on request."""
 
-    text: str | list[str] = Field(description="a sentence, or a list of sentences", examples=["Where is the station?"])
+    text: str | list[str] = Field(description="a sentence, or a list of sentences; an empty (or blank) sentence is "
+                                  "not translated: its translation is empty, in its place in the list",
+                                  examples=["Where is the station?"])
     beam_size: int | None = Field(None, ge=1, description="1 = greedy; default: the run's decode.beam_size")
     n_best: int = Field(1, ge=1, description="translations returned per text, best first (<= beam_size)")
     length_penalty: float | None = Field(None, ge=0.0, le=MAX_LENGTH_PENALTY,
@@ -96,8 +98,10 @@ class Attention(BaseModel):
 class Translation(BaseModel):
     source: str
     translation: str = Field(description="the best translation")
-    nbest: list[Hypothesis] = Field(description="n_best entries, best first (the first is `translation`)")
-    attention: Attention | None = None
+    nbest: list[Hypothesis] = Field(description="n_best entries, best first (the first is `translation`); an empty "
+                                                "text has one, empty, scored 0")
+    attention: Attention | None = Field(None, description="when asked for; null for an empty source (nothing was "
+                                                        "translated)")
 
 
 class TranslateResponse(BaseModel):
@@ -107,7 +111,9 @@ class TranslateResponse(BaseModel):
 class GenerateRequest(_Strict):
     """``POST /generate``: continue a prompt with a language model."""
 
-    prompt: str = Field("", description="text to continue (empty: start a new line)")
+    prompt: str = Field("", description="text to continue. Empty is a prompt too: the model writes from the start "
+                                    "of a new line, as `seqmap generate` without --prompt does (a language model "
+                                    "needs no input to write; a translation model's empty text translates as empty)")
     max_new_tokens: int | None = Field(None, ge=1, description="default: the run's decode.max_new_tokens, capped")
     sample: bool = Field(True, description="sample (temperature, top-k, top-p); false = greedy")
     temperature: float | None = Field(None, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE,

@@ -203,8 +203,10 @@ class Trainer:
         loss_total, nll_total = distributed.all_reduce_sum([loss_total, nll_total], self.dist, self.device)
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
-        grad_norm = (nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm) if t.clip_norm > 0
-                     else torch.tensor(0.0))
+        if t.clip_norm > 0:
+            grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm)
+        else:  # no clipping, but the norm still says whether a gradient is NaN/inf
+            grad_norm = nn.utils.get_total_norm([p.grad for p in self.model.parameters() if p.grad is not None])
         finite = math.isfinite(loss_total) and bool(torch.isfinite(grad_norm))
         if not finite and not self.scaler:
             self.optimizer.zero_grad(set_to_none=True)

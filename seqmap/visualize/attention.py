@@ -12,25 +12,20 @@ One colour scale (0 to the largest weight shown) serves every panel.
 
 Labels: pieces are shown as written (``▁`` of sentencepiece included); a
 whitespace piece shows as ``␣``; long pieces are cut. Characters the default font
-lacks (Chinese, Japanese, Korean) are drawn with an installed CJK font if there is
-one (Noto Sans CJK, Source Han Sans, WenQuanYi, ...); otherwise one warning names
-the missing characters and they render as boxes.
+lacks (Chinese, Japanese, Korean) are drawn with an installed font that has them
+(``seqmap.visualize.fonts``); without one, a warning names them and the package to install.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import unicodedata
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
-from matplotlib import font_manager
 from matplotlib.figure import Figure
-from matplotlib.ft2font import FT2Font
 
 from seqmap.data.pipeline import classification_ids, truncate_source
 from seqmap.data.tokenizers import BOS, EOS
@@ -42,13 +37,8 @@ from seqmap.decoding.align import (
     forced_attention,
 )
 from seqmap.visualize.figures import check_format, figure_inches, save_figure
+from seqmap.visualize.fonts import label_fonts
 
-DEFAULT_FONT = "DejaVu Sans"  # matplotlib's own font, always installed
-CJK_FONTS = (  # tried in order for characters DEFAULT_FONT lacks
-    "Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans CJK TC", "Noto Sans CJK KR", "Noto Sans SC",
-    "Source Han Sans SC", "Source Han Sans", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback",
-    "AR PL UMing CN", "Microsoft YaHei", "SimHei", "PingFang SC", "Hiragino Sans GB", "Arial Unicode MS",
-)
 NO_ATTENTION = ("the model has no attention to plot: it reads the source only through the encoder's final state "
                 "(an RNN with model.rnn_attention=none). Train with rnn_attention=bahdanau|dot|general|concat, "
                 "or a Transformer")
@@ -61,40 +51,6 @@ MIN_TICK = 0.14  # inches between labelled tokens at least (every k-th token is 
 MAX_INCHES = 60  # longest side of a figure; beyond it panels shrink
 DPI_RANGE = (40, 144)  # dpi (a multiple of 4) falls from 144 as the figure grows ...
 MAX_PIXELS = 8000  # ... so its longer side stays within this many pixels
-
-
-@functools.cache
-def _charmap(family: str) -> frozenset[int] | None:
-    """Code points of an installed font family, or None if it is not installed."""
-    try:
-        path = font_manager.findfont(font_manager.FontProperties(family=family), fallback_to_default=False)
-        return frozenset(FT2Font(path).get_charmap())
-    except (ValueError, OSError, RuntimeError):
-        return None
-
-
-_warned_missing = False  # one warning per process about characters no font has
-
-
-def label_fonts(texts: Sequence[str]) -> list[str]:
-    """Font families for ``texts``: the default, plus installed CJK fonts for characters it lacks (a fallback list)."""
-    global _warned_missing
-    missing = {ord(c) for text in texts for c in text if not c.isascii()} - (_charmap(DEFAULT_FONT) or frozenset())
-    fonts = [DEFAULT_FONT]
-    for family in CJK_FONTS:
-        if not missing:
-            break
-        covered = _charmap(family)
-        if covered and missing & covered:
-            fonts.append(family)
-            missing -= covered
-    if missing and not _warned_missing:
-        _warned_missing = True
-        shown = "".join(chr(c) for c in sorted(missing)[:12])
-        warnings.warn(f"no installed font has the characters {shown!r}{'...' if len(missing) > 12 else ''}; "
-                      "they render as boxes. Install a CJK font (e.g. apt install fonts-noto-cjk, or "
-                      "fonts-wqy-zenhei) and delete matplotlib's font cache (~/.cache/matplotlib)", stacklevel=3)
-    return fonts
 
 
 def display_label(token: str) -> str:

@@ -42,7 +42,7 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     path = check_format(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "seqmap"}), warnings.catch_warnings():
-        # missing glyphs were reported once, by name, when the fonts were chosen (attention.label_fonts)
+        # missing glyphs were reported once, by name, when the fonts were chosen (fonts.label_fonts)
         warnings.filterwarnings("ignore", message="Glyph .* missing from")
         fig.savefig(path, format=path.suffix.lower()[1:], dpi=fig.dpi)
     return path

@@ -103,7 +103,7 @@ def test_the_leads_length_is_by_default_the_median_of_the_training_targets(runs,
 
 @pytest.mark.parametrize("run, options, message", [
     ("summ", ["--lead", "-1"], "--lead WORDS must be > 0 (or left out: the training targets' median), got -1"),
-    ("summ", ["--baseline-run", "NOWHERE"], "NOWHERE is not a run directory or a checkpoint directory"),
+    ("summ", ["--baseline-run", "NOWHERE"], "NOWHERE does not exist; give a run directory or a checkpoint directory"),
     ("summ", ["--baseline-run", "CLASSIFIER"], "CLASSIFIER was trained for data.task=classification, not "
                                                "translation; use `seqmap classify` on it"),
     ("plain", ["--lead"], "cannot read the run's training targets for the lead's length"),

@@ -51,7 +51,7 @@ def test_bad_options_are_one_line_errors(translation_run_dir, capsys, extra, wor
 
 def test_a_missing_run_or_an_override_is_a_one_line_error(tmp_path, translation_run_dir, capsys):
     assert main(parse(["serve", str(tmp_path / "nowhere")])) == 2
-    assert "not a run directory" in capsys.readouterr().err
+    assert f"{tmp_path / 'nowhere'} does not exist" in capsys.readouterr().err
     args = parse(["serve", str(translation_run_dir)])
     args.overrides = ["--decode.beam_size", "4"]
     assert main(args) == 2
@@ -129,7 +129,8 @@ def test_python_dash_m_seqmap_serve_is_the_serve_command(tmp_path):
     done = subprocess.run([sys.executable, "-m", "seqmap.serve", str(tmp_path / "nowhere"), "--port", "8125"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr == f"seqmap: error: {tmp_path / 'nowhere'} is not a run directory or a checkpoint directory\n"
+    assert done.stderr == (f"seqmap: error: {tmp_path / 'nowhere'} does not exist; give a run directory or a "
+                           "checkpoint directory\n")
     bad = subprocess.run([sys.executable, "-m", "seqmap.serve", "x", "--prot", "1"], capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("usage: python -m seqmap.serve ")

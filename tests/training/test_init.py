@@ -62,4 +62,4 @@ def test_init_mistakes_are_one_line(tmp_path, capsys):
                  "--model.d_model", "64"]) == 2
     assert "with --init the model is the initial run's; remove model.d_model" in capsys.readouterr().err
     assert main(["train", first, "--init", str(tmp_path / "nowhere"), "--run-dir", str(tmp_path / "d")]) == 2
-    assert "not a run directory" in capsys.readouterr().err
+    assert f"{tmp_path / 'nowhere'} does not exist" in capsys.readouterr().err

@@ -372,7 +372,7 @@ def test_commands_report_user_errors_in_one_line(trained_run, corpus, tmp_path, 
     err = capsys.readouterr().err
     assert "test.src" in err and "short.tgt" in err and "24" in err
     assert main(["translate", str(tmp_path / "missing"), "x"]) == 2
-    assert "not a run directory" in capsys.readouterr().err
+    assert f"{tmp_path / 'missing'} does not exist" in capsys.readouterr().err
     assert main(["generate", str(trained_run), "--prompt", "a"]) == 2
     assert "translation model" in capsys.readouterr().err
     bad = write_config(tmp_path, {"model": {"famly": "rnn"}})

@@ -17,7 +17,7 @@ from seqmap.decoding.align import NoAttentionError, copy_attention, forced_atten
 from seqmap.models.builder import build_model
 from seqmap.nn.positional import sinusoidal_table
 from seqmap.runs import LoadedRun
-from seqmap.visualize import attention as attention_module
+from seqmap.visualize import fonts as fonts_module
 from seqmap.visualize import plot_attention, plot_curves, plot_positional, plot_run_attention
 from seqmap.visualize.attention import MAX_INCHES, MAX_PIXELS, attention_figure_size, label_width
 from seqmap.visualize.curves import curves_figure_size, series
@@ -131,8 +131,9 @@ def test_attention_input_errors(tmp_path):
 
 
 def test_missing_glyphs_warn_once(tmp_path, monkeypatch):
-    monkeypatch.setattr(attention_module, "CJK_FONTS", ())  # as on a machine without CJK fonts
-    monkeypatch.setattr(attention_module, "_warned_missing", False)
+    monkeypatch.setattr(fonts_module, "_families", dict)  # as on a machine without CJK fonts
+    monkeypatch.setattr(fonts_module, "_add_new_system_fonts", lambda: False)
+    monkeypatch.setattr(fonts_module, "_warned_missing", False)
     weights = random_attention(2, 2)
     with pytest.warns(UserWarning, match="no installed font has the characters '你好'"):
         plot_attention(weights, ["你", "好"], ["a", "b"], tmp_path / "zh.png")
