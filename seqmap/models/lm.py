@@ -34,8 +34,8 @@ from torch.nn import functional as F
 from seqmap.models.protocol import Memory
 from seqmap.nn.attention import key_mask
 from seqmap.nn.dropout import Dropout
+from seqmap.nn.kv_cache import KVCache, reorder_caches
 from seqmap.nn.layers import EncoderLayer, TokenEmbedding
-from seqmap.nn.multihead import KVCache, reorder_caches
 from seqmap.nn.positional import LearnedPositional, PositionalEncoding
 
 

@@ -23,8 +23,8 @@ from seqmap.models.protocol import Memory, check_mask
 from seqmap.nn.attention import key_mask
 from seqmap.nn.copy import CopyHead, mix_copy
 from seqmap.nn.dropout import Dropout
+from seqmap.nn.kv_cache import KVCache, reorder_caches
 from seqmap.nn.layers import DecoderLayer, EncoderLayer, TokenEmbedding
-from seqmap.nn.multihead import KVCache, reorder_caches
 from seqmap.nn.positional import PositionalEncoding
 
 

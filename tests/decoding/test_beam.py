@@ -14,6 +14,7 @@ from functools import partial
 import pytest
 import torch
 
+import seqmap.nn.kv_cache as kv_cache
 import seqmap.nn.multihead as multihead
 from seqmap.config import ModelConfig
 from seqmap.decoding.beam import BeamResult, beam_search, gnmt_penalty
@@ -21,7 +22,7 @@ from seqmap.decoding.greedy import greedy
 from seqmap.decoding.sampling import sample
 from seqmap.models.builder import build_model
 from seqmap.models.protocol import Memory
-from seqmap.nn.multihead import KVCache, reorder_caches
+from seqmap.nn.kv_cache import KVCache, reorder_caches
 
 PAD, BOS, EOS = 0, 1, 2
 V = 8  # small, so random models end hypotheses with EOS at varied lengths
@@ -567,8 +568,8 @@ def test_caches_reordered_together_share_one_plan_and_each_equals_gathering(monk
     for cache, (k, v) in zip(caches, stores):
         cache.append(k, v)
     planned = []
-    real_plan = multihead._SlotCopies.plan
-    monkeypatch.setattr(multihead._SlotCopies, "plan", lambda lineage, index: planned.append(1) or
+    real_plan = kv_cache._SlotCopies.plan
+    monkeypatch.setattr(kv_cache._SlotCopies, "plan", lambda lineage, index: planned.append(1) or
                         real_plan(lineage, index))
     odd = torch.tensor([1, 1, 0, 4, 3, 3])
     caches[3].reorder(odd)  # the fourth cache alone: its lineage now differs from the others'
