@@ -41,7 +41,7 @@ same source (the Transformer's cross-attention keys/values, which the k beams of
 a sentence read as k queries: ``seqmap.models.transformer.TransformerState``).
 
 ``no_repeat_ngram`` n > 0 gives -inf, after the softmax, to every token that would complete an n-gram
-the beam already holds (its prompt included), before the candidates are expanded (``seqmap.decoding.greedy.
+the beam already holds (its prompt included), before the candidates are expanded (``seqmap.decoding.steps.
 repeated_ngrams``; fairseq's ``--no-repeat-ngram-size``, ``transformers``' ``no_repeat_ngram_size``).
 
 Scores are sums of natural-log probabilities of the generated tokens (EOS
@@ -75,8 +75,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqmap.decoding.greedy import (
-    GreedyResult,
+from seqmap.decoding.greedy import GreedyResult
+from seqmap.decoding.inference import inference
+from seqmap.decoding.select import top_candidates
+from seqmap.decoding.steps import (
     ban_repeats,
     check_banned,
     check_no_repeat_ngram,
@@ -87,8 +89,6 @@ from seqmap.decoding.greedy import (
     score_dtype,
     start_tokens,
 )
-from seqmap.decoding.inference import inference
-from seqmap.decoding.select import top_candidates
 
 
 def gnmt_penalty(length: int, alpha: float) -> float:
@@ -126,7 +126,7 @@ class BeamResult:
 
     hypotheses: list[list[Hypothesis]]
     pad: int = 0
-    score_dtype: torch.dtype = torch.float32  # of ``best().scores``: the search's (``greedy.score_dtype``)
+    score_dtype: torch.dtype = torch.float32  # of ``best().scores``: the search's (``steps.score_dtype``)
 
     def best(self) -> GreedyResult:
         """The best hypothesis of each sentence in ``greedy``'s layout, as CPU tensors (tokens padded with ``pad``)."""

@@ -138,8 +138,8 @@ def sample(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int, eos:
            no_repeat_ngram: int = 0) -> GreedyResult:
     """Sample a continuation per row; scores are the model's log-probabilities of the drawn tokens.
 
-    ``banned`` ids are never drawn (see ``seqmap.decoding.greedy.next_log_probs``), nor tokens that would
-    repeat an n-gram of size ``no_repeat_ngram`` (see ``seqmap.decoding.greedy``).
+    ``banned`` ids are never drawn (see ``seqmap.decoding.steps.next_log_probs``), nor tokens that would
+    repeat an n-gram of size ``no_repeat_ngram`` (see ``seqmap.decoding.steps``).
     """
     choose = sampling_choice(temperature, top_k, top_p, generator)
     return decode_loop(model, src, src_mask, bos=bos, eos=eos, max_len=max_len, pad=pad, prompt=prompt,
