@@ -27,8 +27,9 @@ from torch import Tensor
 
 from seqmap.config import DecodeConfig, from_dict, to_dict
 from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD, Tokenizer
-from seqmap.decoding.beam import Hypothesis, beam_search, length_norm
+from seqmap.decoding.beam import beam_search
 from seqmap.decoding.greedy import decode_loop, pick_best
+from seqmap.decoding.ranking import Hypothesis, length_norm
 from seqmap.decoding.sampling import RowSampler
 
 

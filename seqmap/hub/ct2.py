@@ -44,7 +44,7 @@ from torch import Tensor
 from seqmap.config import DecodeConfig, ModelConfig
 from seqmap.data.hf_tokenizer import HFTokenizer
 from seqmap.data.tokenizer_base import BOS, EOS, NEVER_GENERATED, UNK
-from seqmap.decoding.beam import length_norm
+from seqmap.decoding.ranking import length_norm
 from seqmap.decoding.text import Scored
 from seqmap.hub.export import export_hf, fresh_out
 from seqmap.hub.source import HubError

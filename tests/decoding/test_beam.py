@@ -17,8 +17,9 @@ import torch
 import seqmap.nn.kv_cache as kv_cache
 import seqmap.nn.multihead as multihead
 from seqmap.config import ModelConfig
-from seqmap.decoding.beam import BeamResult, beam_search, gnmt_penalty
+from seqmap.decoding.beam import BeamResult, beam_search
 from seqmap.decoding.greedy import greedy
+from seqmap.decoding.ranking import gnmt_penalty
 from seqmap.decoding.sampling import sample
 from seqmap.models.builder import build_model
 from seqmap.models.protocol import Memory
