@@ -237,6 +237,16 @@ def keep_sentences(beams: Beams, keep: Tensor) -> Beams:
                  None if beams.attention is None else beams.attention.index_select(0, rows), beams.finished)
 
 
+def n_best_error(n_best: int, beam_size: int, beam: str = "decode.beam_size", *,
+                 n_best_as: str | None = None) -> str | None:
+    """The one check that ``n_best`` hypotheses can come from a beam of ``beam_size``: None when they can, else
+    its one-line message. ``beam`` names the setting to raise (``decode.beam_size``; a server request's
+    ``beam_size``); ``n_best_as`` shows the n_best asked for (default ``n_best=N``)."""
+    if n_best <= beam_size:
+        return None
+    return f"{n_best_as or f'n_best={n_best}'} needs {beam} >= {n_best} (got {beam_size})"
+
+
 @inference
 def beam_search(
     model,
@@ -286,8 +296,10 @@ def beam_search(
     """
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
-    if not 1 <= n_best <= beam_size:
+    if n_best < 1:
         raise ValueError(f"n_best must be between 1 and beam_size={beam_size}, got {n_best}")
+    if (why := n_best_error(n_best, beam_size, "beam_size")) is not None:
+        raise ValueError(why)
     scheme = make_ranking(ranking, length_penalty, beam_size, n_best, early_stopping, absent)
     check_no_repeat_ngram(no_repeat_ngram)
     step_input = start_tokens(src, prompt, bos)

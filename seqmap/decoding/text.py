@@ -26,8 +26,9 @@ import torch
 from torch import Tensor
 
 from seqmap.config import DecodeConfig, from_dict, to_dict
+from seqmap.data.pipeline import truncate_source
 from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD, Tokenizer
-from seqmap.decoding.beam import beam_search
+from seqmap.decoding.beam import beam_search, n_best_error
 from seqmap.decoding.greedy import decode_loop, pick_best
 from seqmap.decoding.ranking import Hypothesis, length_norm
 from seqmap.decoding.sampling import RowSampler
@@ -94,6 +95,12 @@ def budget_batches(lengths: Sequence[int], indices: Sequence[int], budget: int) 
     return batches + ([batch] if batch else [])
 
 
+def batch_budget(decode: DecodeConfig, sample: bool = False) -> int:
+    """Source tokens (or frames) a batch may hold before beam expansion: ``decode.max_tokens`` counts them after
+    it, so with k beams a batch holds max_tokens // k of them (at least 1; sampling decodes one row per input)."""
+    return max(decode.max_tokens // (1 if sample else decode.beam_size), 1)
+
+
 def decode_batch(model, src: Tensor | None, src_mask: Tensor | None, prompt: Tensor, max_len: int | Tensor,
                  decode: DecodeConfig, *, n_best: int = 1, sample: bool = False,
                  generators: Sequence[torch.Generator] | None = None, need_attention: bool = False,
@@ -123,8 +130,8 @@ def decode_batch(model, src: Tensor | None, src_mask: Tensor | None, prompt: Ten
                                                                           decode.beam_ranking)
             out.append([Hypothesis(result.tokens[b, :length].tolist(), score, normalized, attention)])
         return out
-    if n_best > decode.beam_size:
-        raise ValueError(f"n_best={n_best} needs decode.beam_size >= {n_best} (got {decode.beam_size})")
+    if (why := n_best_error(n_best, decode.beam_size)) is not None:
+        raise ValueError(why)
     return beam_search(model, src, src_mask, beam_size=decode.beam_size, bos=BOS, eos=EOS, max_len=max_len,
                        length_penalty=decode.length_penalty, n_best=n_best, prompt=prompt,
                        need_attention=need_attention, pad=PAD, banned=NEVER_GENERATED, ranking=decode.beam_ranking,
@@ -162,13 +169,12 @@ def translate_nbest(model, sources: Sequence[Sequence[int]], decode: DecodeConfi
     forced = [[BOS, *p] for p in prefixes] if prefixes is not None else [[BOS]] * len(sources)
     if len(forced) != len(sources):
         raise ValueError(f"{len(forced)} prefixes for {len(sources)} sources")
-    beams = 1 if sample else decode.beam_size
     lengths = [max(len(s), 1) for s in sources]
     generators = _generators(sample, seed, len(sources), device)
     out: list[list[Scored]] = [[] for _ in sources]
     for prefix_len in sorted({len(f) for f in forced}):  # rows of a batch share one prefix length
         group = [i for i, f in enumerate(forced) if len(f) == prefix_len]
-        for batch in budget_batches(lengths, group, max(decode.max_tokens // beams, 1)):
+        for batch in budget_batches(lengths, group, batch_budget(decode, sample)):
             src, src_mask = pad_sources([sources[i] for i in batch], device)
             max_len = (decode.max_len_a * src_mask.sum(1).cpu() + decode.max_len_b).long().clamp(min=1)
             prompt = torch.tensor([forced[i] for i in batch], dtype=torch.long, device=device)
@@ -211,7 +217,7 @@ def translate_texts(model, src_tok: Tokenizer, tgt_tok: Tokenizer, texts: Sequen
     if prefix is not None:
         prefix = [prefix] * len(texts) if isinstance(prefix, str) else list(prefix)
         prefixes = [tgt_tok.encode(p) for p in prefix]
-    sources = [src_tok.encode(t)[:max_src_len] if max_src_len > 0 else src_tok.encode(t) for t in texts]
+    sources = [truncate_source(src_tok.encode(t), max_src_len) for t in texts]
     nbest = translate_nbest(model, sources, decode, n_best=n_best, prefixes=prefixes,
                             sample=sample, seed=seed, device=device, scores=n_best > 1)
     if n_best == 1:
@@ -230,13 +236,12 @@ def generate_nbest(model, prompts: Sequence[Sequence[int]], decode: DecodeConfig
     """
     if any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token (a language model has no BOS of its own)")
-    beams = 1 if sample else decode.beam_size
     lengths = [len(p) + decode.max_new_tokens for p in prompts]
     generators = _generators(sample, seed, len(prompts), device)
     out: list[list[Scored]] = [[] for _ in prompts]
     for prompt_len in sorted({len(p) for p in prompts}):
         group = [i for i, p in enumerate(prompts) if len(p) == prompt_len]
-        for batch in budget_batches(lengths, group, max(decode.max_tokens // beams, 1)):
+        for batch in budget_batches(lengths, group, batch_budget(decode, sample)):
             prompt = torch.tensor([list(prompts[i]) for i in batch], dtype=torch.long, device=device)
             hyps = decode_batch(model, None, None, prompt, decode.max_new_tokens, decode, n_best=n_best,
                                 sample=sample, generators=generators and [generators[i] for i in batch],

@@ -17,7 +17,7 @@ import torch
 import seqmap.nn.kv_cache as kv_cache
 import seqmap.nn.multihead as multihead
 from seqmap.config import ModelConfig
-from seqmap.decoding.beam import BeamResult, beam_search
+from seqmap.decoding.beam import BeamResult, beam_search, n_best_error
 from seqmap.decoding.greedy import greedy
 from seqmap.decoding.ranking import gnmt_penalty
 from seqmap.decoding.sampling import sample
@@ -367,6 +367,20 @@ def test_beam_size_and_n_best_are_checked():
         beam_search(model, src, mask, beam_size=0, bos=BOS, eos=EOS, max_len=5)
     with pytest.raises(ValueError, match="max_len"):
         beam_search(model, src, mask, beam_size=2, bos=BOS, eos=EOS, max_len=torch.tensor([3, 0, 2, 2]))
+
+
+def test_one_n_best_check_words_each_callers_message():
+    assert n_best_error(2, 2) is None and n_best_error(1, 5, "beam_size") is None
+    assert n_best_error(3, 2) == "n_best=3 needs decode.beam_size >= 3 (got 2)"
+    assert n_best_error(2, 1, "beam search with decode.beam_size") == \
+        "n_best=2 needs beam search with decode.beam_size >= 2 (got 1)"
+    assert n_best_error(3, 2, "beam_size", n_best_as="n_best 3") == "n_best 3 needs beam_size >= 3 (got 2)"
+    model = make("transformer")
+    src, mask, _ = inputs("transformer")
+    with pytest.raises(ValueError, match=r"^n_best=3 needs beam_size >= 3 \(got 2\)$"):
+        beam_search(model, src, mask, beam_size=2, bos=BOS, eos=EOS, max_len=5, n_best=3)
+    with pytest.raises(ValueError, match="n_best must be between 1 and beam_size=2, got 0"):
+        beam_search(model, src, mask, beam_size=2, bos=BOS, eos=EOS, max_len=5, n_best=0)
 
 
 def test_arguments_beam_search_cannot_use_are_refused_by_name():

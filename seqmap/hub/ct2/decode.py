@@ -10,8 +10,9 @@ from collections.abc import Sequence
 
 from seqmap.config import DecodeConfig
 from seqmap.data.tokenizer_base import EOS, NEVER_GENERATED, UNK
+from seqmap.decoding.beam import n_best_error
 from seqmap.decoding.ranking import length_norm
-from seqmap.decoding.text import Scored
+from seqmap.decoding.text import Scored, batch_budget
 from seqmap.hub.ct2.load import ids_of_pieces
 from seqmap.hub.source import HubError
 
@@ -55,8 +56,8 @@ def translate_ct2_nbest(translator, src_tok, tgt_tok, sources: Sequence[Sequence
     """
     if decode.no_repeat_ngram:
         raise HubError("--decode.no_repeat_ngram is not passed to CTranslate2; decode with seqmap instead")
-    if n_best > decode.beam_size:
-        raise HubError(f"n_best={n_best} needs decode.beam_size >= {n_best} (got {decode.beam_size})")
+    if (why := n_best_error(n_best, decode.beam_size)) is not None:
+        raise HubError(why)
     if not sources:
         return []
     ids_of = ids_of_pieces(tgt_tok)
@@ -71,7 +72,7 @@ def translate_ct2_nbest(translator, src_tok, tgt_tok, sources: Sequence[Sequence
                 [src_tok.pieces(rows[i]) for i in indices], beam_size=decode.beam_size, length_penalty=alpha,
                 max_decoding_length=limit, min_decoding_length=0, disable_unk=True, suppress_sequences=suppressed,
                 num_hypotheses=n_best, return_scores=scores,
-                max_batch_size=max(1, decode.max_tokens // decode.beam_size), batch_type="tokens")
+                max_batch_size=batch_budget(decode), batch_type="tokens")
         except (RuntimeError, ValueError) as e:  # e.g. a position past the exported table (model.max_len rows)
             raise HubError(f"CTranslate2 could not decode these sentences: {' '.join(str(e).split())[:200]}; "
                            "shorten them (data.max_src_len, decode.max_len_a/b) or decode with seqmap") from None
@@ -144,8 +145,8 @@ def generate_ct2_nbest(generator, tok, prompts: Sequence[Sequence[int]], decode:
     if decode.no_repeat_ngram:
         raise HubError("--decode.no_repeat_ngram is not passed to CTranslate2; decode with seqmap instead")
     beams = 1 if sample else decode.beam_size
-    if n_best > beams:
-        raise HubError(f"n_best={n_best} needs beam search with decode.beam_size >= {n_best} (got {beams})")
+    if (why := n_best_error(n_best, beams, "beam search with decode.beam_size")) is not None:
+        raise HubError(why)
     if any(len(p) == 0 for p in prompts):
         raise HubError("every prompt needs at least one token (a language model has no BOS of its own)")
     new = decode.max_new_tokens
@@ -173,7 +174,7 @@ def generate_ct2_nbest(generator, tok, prompts: Sequence[Sequence[int]], decode:
                 min_length=0, include_prompt_in_result=False, return_end_token=True, end_token=eos,
                 disable_unk=True, num_hypotheses=n_best, return_scores=scores,
                 suppress_sequences=_suppressed(generator, tok),
-                max_batch_size=max(1, decode.max_tokens // beams), batch_type="tokens", **options)
+                max_batch_size=batch_budget(decode, sample), batch_type="tokens", **options)
         except (RuntimeError, ValueError) as e:
             raise HubError(f"CTranslate2 could not generate: {' '.join(str(e).split())[:200]}; "
                            "decode with seqmap (leave out --ct2)") from None
