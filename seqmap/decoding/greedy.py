@@ -64,7 +64,7 @@ class GreedyResult(NamedTuple):
 # Greedy decoding drops finished rows from the batch (its memory and decoder state: ``state.reorder``) once
 # at least 1 / DROP_FINISHED_AT of the rows have finished: each later step then computes only live rows
 # (CTranslate2 does the same). Sentences of a test set end at different steps; with every row kept, a
-# batch computes its longest output's steps for all of its rows. docs/benchmarks.md, issue 18.
+# batch computes its longest output's steps for all of its rows.
 DROP_FINISHED_AT = 4
 
 # log-probs (B, V) -> (tokens (B,), their log-probs (B,)). A choice that draws each row on its own may offer
@@ -79,7 +79,7 @@ def pick_best(log_probs: Tensor) -> tuple[Tensor, Tensor]:
 
     ``decode_loop`` takes it from the logits instead (``greedy_step``): the same token, without a softmax.
     """
-    best_score, best = row_max(log_probs)  # log_probs.max(dim=-1), faster on wide rows
+    best_score, best = row_max(log_probs)  # log_probs.max(dim=-1) without its index-tracking loop
     return best, best_score
 
 

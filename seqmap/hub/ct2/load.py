@@ -190,6 +190,5 @@ def probe_difference(path: Path, model, run, vocabularies: list[list[str]]) -> f
 
 @functools.lru_cache(maxsize=8)
 def ids_of_pieces(tok) -> dict[str, int]:
-    """Token string -> id for a tokenizer (built once per tokenizer: 4 ms for 8,000 pieces, a third of a
-    one-sentence call)."""
+    """Token string -> id for a tokenizer, built once per tokenizer (a sizeable part of a one-sentence call)."""
     return {piece: i for i, piece in enumerate(tok.pieces(range(tok.vocab_size)))}
