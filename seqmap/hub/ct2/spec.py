@@ -22,6 +22,8 @@ from seqmap.nn.layers import GATED
 # seqmap's feed-forward activations and CTranslate2's names for them (ctranslate2.specs.Activation)
 _ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "silu": "SWISH", "swiglu": "SWISH",
                 "geglu": "GELU", "geglu_tanh": "GELUTanh"}
+# the families CTranslate2 takes, and the kind of model each is to it
+KINDS = {"transformer": "encoder-decoder Transformer", "lm": "decoder-only model"}
 
 
 def _spec_compatible(m: ModelConfig) -> str | None:
@@ -36,9 +38,6 @@ def _spec_compatible(m: ModelConfig) -> str | None:
     if m.copy:
         return "model.copy=true (CTranslate2 has no pointer-generator copy head)"
     return None
-
-
-KINDS = {"transformer": "encoder-decoder Transformer", "lm": "decoder-only model"}
 
 
 def _vocabulary(tok, side: str) -> list[str]:
