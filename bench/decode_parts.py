@@ -44,7 +44,7 @@ from machine import cpu_name  # noqa: E402
 
 from seqmap.decoding.select import row_max, top_candidates  # noqa: E402
 from seqmap.nn.attention import _explicit, _fused, shared_prefix_attention  # noqa: E402
-from seqmap.nn.multihead import KVCache  # noqa: E402
+from seqmap.nn.kv_cache import KVCache  # noqa: E402
 from seqmap.nn.packed import MKL_AFTER_CALLS, PackedLinear, mkl_packing_available  # noqa: E402
 
 D, H, F_DIM, V, DH = 256, 4, 1024, 8000, 64

@@ -5,8 +5,9 @@ hypotheses per sentence; ``seqmap.decoding.text`` wraps them for text in, text
 out under a token budget.
 """
 
-from seqmap.decoding.beam import BeamResult, Hypothesis, beam_search
+from seqmap.decoding.beam import BeamResult, beam_search
 from seqmap.decoding.greedy import GreedyResult, greedy
+from seqmap.decoding.ranking import Hypothesis
 from seqmap.decoding.sampling import sample
 
 __all__ = ["BeamResult", "GreedyResult", "Hypothesis", "beam_search", "greedy", "sample"]

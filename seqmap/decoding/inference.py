@@ -2,9 +2,9 @@
 
 ``torch.inference_mode`` is ``torch.no_grad`` without the bookkeeping that only
 autograd needs (version counters, view tracking): every operator of a decode step
-is dispatched a little faster. A step runs some 235 of them, so the loops of greedy,
-sampling and beam search ran about 4% faster under it than under ``no_grad``
-(``bench/decode.py``, docs/benchmarks.md, issue 18).
+is dispatched a little faster, and a step runs a few hundred of them, so the loops of
+greedy, sampling and beam search run faster under it than under ``no_grad``
+(docs/benchmarks.md "Decoding").
 
 Tensors made in inference mode cannot be saved for a backward pass or updated in
 place outside it, so nothing made inside may leak out as such:

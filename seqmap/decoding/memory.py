@@ -4,8 +4,7 @@ PyTorch's CPU allocator has no cache: each operator's output is a fresh ``malloc
 intermediate a ``free``. A decode step makes megabytes of them (logits, scores, attention),
 and glibc's ``malloc``, by default, gives the top of its heap back to the system once more than
 a few megabytes there are free, and serves large blocks with ``mmap``. The next step then asks
-the system again, and touching the new pages faults: on the AMD EPYC of docs/benchmarks.md,
-beam-5 over 64 sentences took some 50,000 page faults and 0.1 s of system time per 2 s call.
+the system again, and touching the new pages faults, which costs system time at every step.
 
 ``keep_freed_memory`` sets glibc's trim threshold to ``TRIM_THRESHOLD`` and its mmap threshold to
 ``MMAP_THRESHOLD``: freed blocks stay in the heap for the next step, and only blocks above 32 MB

@@ -3,7 +3,7 @@
 ``half_precision(model, "bf16", device)`` casts a trained model's weights (and buffers: position tables) to
 bfloat16, as ``transformers`` does with ``torch_dtype``: every product then runs in the GPU's 16-bit
 tensor-core kernels and the weights take half the memory. Log-probabilities and the scores that rank
-hypotheses stay in float32 (``seqmap.decoding.greedy.score_dtype``), so a beam's ranking does not lose the
+hypotheses stay in float32 (``seqmap.decoding.steps.score_dtype``), so a beam's ranking does not lose the
 small differences between close hypotheses. Outputs may differ from float32's on some sentences (rounding);
 ``tests/test_cuda.py`` checks that most are the same on a trained model.
 

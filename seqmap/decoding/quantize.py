@@ -4,10 +4,9 @@
 (feed-forward layers, self-attention's packed q|k|v ``in_proj``, attention output
 projections, the output layer) with torch's dynamically quantized Linear: int8
 weights with a scale per output channel (row), as CTranslate2's int8 weights have,
-activations quantized per call (one scale per weight matrix lost 0.33 BLEU on a
-Multi30k run where a scale per row loses 0.13, at the same speed:
-docs/benchmarks.md). Cross-attention's ``in_proj`` stays float32: it slices its
-weight rows (queries per step, keys and values once per source,
+activations quantized per call (a scale per row loses less BLEU than one per weight
+matrix, at the same speed: docs/benchmarks.md). Cross-attention's ``in_proj`` stays
+float32: it slices its weight rows (queries per step, keys and values once per source,
 ``MultiHeadAttention.project_memory``), which a packed int8 weight cannot do.
 
 The kernel is ``torch.ao.quantization.quantize_dynamic`` (fbgemm/x86 backend). torch

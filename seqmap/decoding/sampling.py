@@ -23,8 +23,7 @@ def top_k_filter(log_probs: Tensor, k: int) -> Tensor:
     """Keep exactly the k most likely tokens of each row (k <= 0 keeps all); among ties, the lower ids.
 
     ``topk`` finds the k-th value; every token above it stays, and of the tokens equal to it the lower ids
-    fill the k places (what a stable descending sort would keep, at a fifth of its cost: 2.6 ms against
-    13.7 ms for 64 rows of 8,000 here)."""
+    fill the k places (what a stable descending sort would keep, without sorting the vocabulary)."""
     if k <= 0 or k >= log_probs.size(-1):
         return log_probs
     kth = log_probs.topk(k, dim=-1).values[..., -1:]  # (B, 1)
@@ -42,9 +41,8 @@ def top_p_filter(log_probs: Tensor, p: float) -> Tensor:
 
     Only the most likely ``TOP_P_CANDIDATES`` tokens of a row are ranked (``topk``) when they hold mass p:
     a token past them has at least that much mass before it, so it is dropped. A row spread wider has all
-    its tokens ranked. For 64 rows of 8,000 (random logits, top-p 0.9) that took 2.8 ms a step against
-    13.6 ms for a full sort when the distributions are peaked (as a trained model's), about the sort's
-    time when they are nearly flat."""
+    its tokens ranked. A trained model's peaked distributions so skip the full sort of the vocabulary; nearly
+    flat ones cost about a sort."""
     if p >= 1.0:
         return log_probs
     probs = log_probs.softmax(-1)  # the rows need not be normalized (temperature, top-k)
@@ -70,8 +68,7 @@ def inverse_cdf(probs: Tensor, uniform: Tensor) -> Tensor:
     """One token per row of ``probs`` (B, V): the first whose cumulative probability passes ``uniform`` (B,)
     (float64 draws in [0, 1)) times the row's total. Exact sampling (in float64), and tokens of probability 0
     are never drawn. One random number per row, where ``torch.multinomial`` draws one exponential per
-    vocabulary entry on the CPU: 64 x 8000 probabilities took 8.9 ms a step that way, 0.33 ms this way
-    (docs/benchmarks.md, issue 18)."""
+    vocabulary entry on the CPU."""
     cdf = probs.double().cumsum(-1)  # (B, V)
     total = cdf[:, -1:]
     below_total = torch.nextafter(total, torch.zeros_like(total))  # u * total may round up to total
@@ -138,8 +135,8 @@ def sample(model, src: Tensor | None, src_mask: Tensor | None, *, bos: int, eos:
            no_repeat_ngram: int = 0) -> GreedyResult:
     """Sample a continuation per row; scores are the model's log-probabilities of the drawn tokens.
 
-    ``banned`` ids are never drawn (see ``seqmap.decoding.greedy.next_log_probs``), nor tokens that would
-    repeat an n-gram of size ``no_repeat_ngram`` (see ``seqmap.decoding.greedy``).
+    ``banned`` ids are never drawn (see ``seqmap.decoding.steps.next_log_probs``), nor tokens that would
+    repeat an n-gram of size ``no_repeat_ngram`` (see ``seqmap.decoding.steps``).
     """
     choose = sampling_choice(temperature, top_k, top_p, generator)
     return decode_loop(model, src, src_mask, bos=bos, eos=eos, max_len=max_len, pad=pad, prompt=prompt,

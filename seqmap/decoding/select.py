@@ -2,9 +2,8 @@
 
 Decoding picks, at every step, the best token of each row (greedy) or the 2k best
 (beam score + token log-prob) among a sentence's k beams times V tokens (beam search).
-On the CPU ``Tensor.max(dim)`` and ``topk`` over 8,000 to 40,000 entries run an
-index-tracking loop that took 3x to 4.5x longer than the vectorized ``amax`` route
-here (docs/benchmarks.md, issue 18):
+On the CPU ``Tensor.max(dim)`` and ``topk`` over a vocabulary's worth of entries run an
+index-tracking loop that is slower than the vectorized ``amax`` route here:
 
 1. split each row into chunks of C entries and take each chunk's maximum (``amax``);
 2. keep the chunks whose maxima are best (1 for the argmax, 2k for the top 2k);

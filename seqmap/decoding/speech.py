@@ -15,7 +15,7 @@ import torch
 from seqmap.config import DecodeConfig
 from seqmap.data.batching import pad_waves
 from seqmap.data.tokenizers import BOS, Tokenizer
-from seqmap.decoding.text import Scored, budget_batches, decode_batch, resolve_config, strip_output
+from seqmap.decoding.text import Scored, batch_budget, budget_batches, decode_batch, resolve_config, strip_output
 
 
 @torch.no_grad()
@@ -28,7 +28,7 @@ def transcribe_nbest(model, waves: Sequence[np.ndarray], decode: DecodeConfig, *
         raise ValueError(f"utterance {short[0]} is too short ({len(waves[short[0]])} samples) to give one encoder "
                          "frame; pad it with silence or leave it out")
     out: list[list[Scored]] = [[] for _ in waves]
-    for batch in budget_batches(frames, range(len(waves)), max(decode.max_tokens // decode.beam_size, 1)):
+    for batch in budget_batches(frames, range(len(waves)), batch_budget(decode)):
         src, src_mask = pad_waves([waves[i] for i in batch])
         src, src_mask = src.to(device), src_mask.to(device)
         max_len = (decode.max_len_a * torch.tensor([frames[i] for i in batch]) + decode.max_len_b).long().clamp(min=1)

@@ -29,9 +29,11 @@ from torch import Tensor
 from tqdm import tqdm
 
 from seqmap.config import DecodeConfig, from_dict, to_dict
+from seqmap.data.pipeline import truncate_source
 from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD, Tokenizer
-from seqmap.decoding.beam import Hypothesis, beam_search, length_norm
+from seqmap.decoding.beam import beam_search, n_best_error
 from seqmap.decoding.greedy import decode_loop, pick_best
+from seqmap.decoding.ranking import Hypothesis, length_norm
 from seqmap.decoding.sampling import RowSampler
 
 
@@ -82,8 +84,7 @@ def skip_empty(sources: Sequence[Sequence[int]], decode_rows, scores: bool = Tru
 def source_ids(tok: Tokenizer, texts: Sequence[str], max_src_len: int = 0) -> list[list[int]]:
     """Token ids of source texts as translation reads them: a blank text (only whitespace) has none, so it is
     translated as empty whatever the tokenizer makes of spaces; with ``max_src_len`` > 0, the first that many."""
-    rows = [tok.encode(t) if t.strip() else [] for t in texts]
-    return [r[:max_src_len] for r in rows] if max_src_len > 0 else rows
+    return [truncate_source(tok.encode(t), max_src_len) if t.strip() else [] for t in texts]
 
 
 def strip_output(ids: Sequence[int]) -> list[int]:
@@ -118,6 +119,12 @@ def budget_batches(lengths: Sequence[int], indices: Sequence[int], budget: int) 
     return batches + ([batch] if batch else [])
 
 
+def batch_budget(decode: DecodeConfig, sample: bool = False) -> int:
+    """Source tokens (or frames) a batch may hold before beam expansion: ``decode.max_tokens`` counts them after
+    it, so with k beams a batch holds max_tokens // k of them (at least 1; sampling decodes one row per input)."""
+    return max(decode.max_tokens // (1 if sample else decode.beam_size), 1)
+
+
 def decode_batch(model, src: Tensor | None, src_mask: Tensor | None, prompt: Tensor, max_len: int | Tensor,
                  decode: DecodeConfig, *, n_best: int = 1, sample: bool = False,
                  generators: Sequence[torch.Generator] | None = None, need_attention: bool = False,
@@ -147,8 +154,8 @@ def decode_batch(model, src: Tensor | None, src_mask: Tensor | None, prompt: Ten
                                                                           decode.beam_ranking)
             out.append([Hypothesis(result.tokens[b, :length].tolist(), score, normalized, attention)])
         return out
-    if n_best > decode.beam_size:
-        raise ValueError(f"n_best={n_best} needs decode.beam_size >= {n_best} (got {decode.beam_size})")
+    if (why := n_best_error(n_best, decode.beam_size)) is not None:
+        raise ValueError(why)
     return beam_search(model, src, src_mask, beam_size=decode.beam_size, bos=BOS, eos=EOS, max_len=max_len,
                        length_penalty=decode.length_penalty, n_best=n_best, prompt=prompt,
                        need_attention=need_attention, pad=PAD, banned=NEVER_GENERATED, ranking=decode.beam_ranking,
@@ -190,7 +197,6 @@ def translate_nbest(model, sources: Sequence[Sequence[int]], decode: DecodeConfi
     forced = [[BOS, *p] for p in prefixes] if prefixes is not None else [[BOS]] * len(sources)
     if len(forced) != len(sources):
         raise ValueError(f"{len(forced)} prefixes for {len(sources)} sources")
-    beams = 1 if sample else decode.beam_size
     lengths = [max(len(s), 1) for s in sources]
     generators = _generators(sample, seed, len(sources), device)
     out: list[list[Scored]] = [nothing_to_translate(scores or sample or n_best > 1 or decode.beam_size > 1)
@@ -198,7 +204,7 @@ def translate_nbest(model, sources: Sequence[Sequence[int]], decode: DecodeConfi
     bar = _progress_bar(progress, sum(1 for s in sources if len(s)))
     for prefix_len in sorted({len(f) for f in forced}):  # rows of a batch share one prefix length
         group = [i for i, f in enumerate(forced) if len(f) == prefix_len and len(sources[i])]
-        for batch in budget_batches(lengths, group, max(decode.max_tokens // beams, 1)):
+        for batch in budget_batches(lengths, group, batch_budget(decode, sample)):
             src, src_mask = pad_sources([sources[i] for i in batch], device)
             max_len = (decode.max_len_a * src_mask.sum(1).cpu() + decode.max_len_b).long().clamp(min=1)
             prompt = torch.tensor([forced[i] for i in batch], dtype=torch.long, device=device)
@@ -274,13 +280,12 @@ def generate_nbest(model, prompts: Sequence[Sequence[int]], decode: DecodeConfig
     """
     if any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token (a language model has no BOS of its own)")
-    beams = 1 if sample else decode.beam_size
     lengths = [len(p) + decode.max_new_tokens for p in prompts]
     generators = _generators(sample, seed, len(prompts), device)
     out: list[list[Scored]] = [[] for _ in prompts]
     for prompt_len in sorted({len(p) for p in prompts}):
         group = [i for i, p in enumerate(prompts) if len(p) == prompt_len]
-        for batch in budget_batches(lengths, group, max(decode.max_tokens // beams, 1)):
+        for batch in budget_batches(lengths, group, batch_budget(decode, sample)):
             prompt = torch.tensor([list(prompts[i]) for i in batch], dtype=torch.long, device=device)
             hyps = decode_batch(model, None, None, prompt, decode.max_new_tokens, decode, n_best=n_best,
                                 sample=sample, generators=generators and [generators[i] for i in batch],

@@ -1,4 +1,4 @@
-"""Pretrained models from and to the Hugging Face format (issue 15): ``seqmap import hf``, ``seqmap export hf|ct2``.
+"""Pretrained models from and to the Hugging Face format: ``seqmap import hf``, ``seqmap export hf|ct2``.
 
     from seqmap.hub import import_hf, export_hf
     import_hf("path/to/saved_pretrained_dir", "runs/gpt2")   # an ordinary run directory

@@ -32,10 +32,10 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from seqmap.models.protocol import Memory
+from seqmap.models.stack import DecoderStack
 from seqmap.nn.attention import key_mask
-from seqmap.nn.dropout import Dropout
+from seqmap.nn.kv_cache import KVCache, reorder_caches
 from seqmap.nn.layers import EncoderLayer, TokenEmbedding
-from seqmap.nn.multihead import KVCache, reorder_caches
 from seqmap.nn.positional import LearnedPositional, PositionalEncoding
 
 
@@ -97,17 +97,12 @@ class LMState:
         return cls(caches, position, pads if bool(pads.any()) else None, history)
 
 
-class DecoderOnlyLM(nn.Module):
+class DecoderOnlyLM(DecoderStack):
     """Embedding + positions, N causal layers, final norm, output projection."""
 
     def __init__(self, embedding: TokenEmbedding, positional: PositionalEncoding, layers: list[EncoderLayer],
                  final_norm: nn.Module, output: nn.Linear, dropout: float = 0.0):
-        super().__init__()
-        self.embedding, self.positional = embedding, positional
-        self.layers = nn.ModuleList(layers)
-        self.final_norm = final_norm
-        self.output = output
-        self.dropout = Dropout(dropout)
+        super().__init__(embedding, positional, layers, final_norm, output, dropout)
         # the most tokens one forward pass can read (None: any number)
         self.window = positional.max_len if isinstance(positional, LearnedPositional) else None
 

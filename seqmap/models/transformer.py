@@ -20,11 +20,12 @@ import torch
 from torch import Tensor, nn
 
 from seqmap.models.protocol import Memory, check_mask
+from seqmap.models.stack import DecoderStack
 from seqmap.nn.attention import key_mask
 from seqmap.nn.copy import CopyHead, mix_copy
 from seqmap.nn.dropout import Dropout
+from seqmap.nn.kv_cache import KVCache, reorder_caches
 from seqmap.nn.layers import DecoderLayer, EncoderLayer, TokenEmbedding
-from seqmap.nn.multihead import KVCache, reorder_caches
 from seqmap.nn.positional import PositionalEncoding
 
 
@@ -116,7 +117,7 @@ class TransformerState:
             self.memory_mask = self.memory_mask.index_select(0, sources)
 
 
-class TransformerDecoder(nn.Module):
+class TransformerDecoder(DecoderStack):
     """Embedding + positions, N decoder layers, final norm, output projection to the vocabulary.
 
     ``output_scale`` multiplies the final states before the output layer (T5 v1.0 scales by D**-0.5 where its
@@ -125,13 +126,8 @@ class TransformerDecoder(nn.Module):
 
     def __init__(self, embedding: TokenEmbedding, positional: PositionalEncoding, layers: list[DecoderLayer],
                  final_norm: nn.Module, output: nn.Linear, dropout: float = 0.0, output_scale: float = 1.0):
-        super().__init__()
-        self.embedding, self.positional = embedding, positional
-        self.layers = nn.ModuleList(layers)
-        self.final_norm = final_norm
-        self.output = output
+        super().__init__(embedding, positional, layers, final_norm, output, dropout)
         self.output_scale = output_scale
-        self.dropout = Dropout(dropout)
 
     def init_state(self, memory: Memory) -> TransformerState:
         """Project the memory to cross-attention keys/values once; start empty caches."""

@@ -13,10 +13,9 @@ Two paths compute the same thing:
 
 At inference on the CPU, a few queries (T <= ``FEW_QUERIES``: decoding steps, beams
 as queries) over many rows (B H >= ``MANY_ROWS``: a batch of sentences) take the
-explicit path too. PyTorch's fused CPU kernel is tuned for long query blocks: with T = 1 to 30
-and B H = 256 to 1280 it took 1.1x to 2.4x the explicit path's time, while for a single
-sentence (B H = 4) it took half, and from T = 64 on it is as fast or faster
-(docs/benchmarks.md, issue 18).
+explicit path too. PyTorch's fused CPU kernel is tuned for long query blocks: it is the slower
+one for a few queries over many rows, and the faster one for a single sentence or long query
+blocks (docs/benchmarks.md "Decoding").
 ``tests/nn/test_attention.py`` checks that the two agree.
 
 ``shared_prefix_attention`` is the explicit path for beams: the k beams of a sentence
@@ -44,14 +43,13 @@ def avoid_cudnn_attention() -> None:
     """Take cuDNN's kernel out of those ``F.scaled_dot_product_attention`` chooses from (process-wide).
 
     torch 2.11 and later try cuDNN's attention first on Hopper and Blackwell GPUs (cuDNN 9.15 or newer) for
-    16-bit tensors, and cuDNN builds an execution plan for every new shape (batch, query and key lengths;
-    public reports measure 0.4 s forward and 0.5 s backward per plan). seqmap's shapes keep changing:
-    token-budget batches, and a decode step's keys grow by one each step. The likely cause of what one H100
-    showed (docs/benchmarks.md, issue 18's thirteenth part): 16-bit decoding of a test set took 4x float32's
-    time, and under bf16 autocast the first epoch (every batch a new shape) ran at a tenth of the later
-    epochs' speed. FlashAttention and the memory-efficient kernels build no plans. Called where seqmap puts a
-    model on a GPU (``Trainer``, ``seqmap.runs.run_device``); ``torch.backends.cuda.enable_cudnn_sdp(True)``
-    undoes it, and ``SEQMAP_CUDNN_ATTENTION=1`` in the environment keeps torch's own order (to compare).
+    16-bit tensors, and cuDNN builds an execution plan, which takes long, for every new shape (batch, query
+    and key lengths). seqmap's shapes keep changing: token-budget batches, and a decode step's keys grow by
+    one each step, so 16-bit decoding and a first epoch under autocast (every batch a new shape) would spend
+    their time building plans (docs/benchmarks.md). FlashAttention and the memory-efficient kernels build no
+    plans. Called where seqmap puts a model on a GPU (``Trainer``, ``seqmap.runs.run_device``);
+    ``torch.backends.cuda.enable_cudnn_sdp(True)`` undoes it, and ``SEQMAP_CUDNN_ATTENTION=1`` in the
+    environment keeps torch's own order (to compare).
     """
     if os.environ.get(CUDNN_ATTENTION_VARIABLE, "") not in ("1", "true", "yes"):
         torch.backends.cuda.enable_cudnn_sdp(False)
@@ -154,9 +152,8 @@ def mix_values(weights: Tensor, v: Tensor) -> Tensor:
     On the CPU PyTorch multiplies batches of matrices smaller than ``SCALAR_BMM_BELOW`` multiply-adds
     (T S Dv) with a scalar loop instead of MKL: one decoding query over at most 12 keys of 32 dimensions
     (the first steps of every self-attention cache, the short sources of a test set). There its loop
-    reads the values column by column and ran 1.7x to 3.8x slower (one thread) than multiplying
-    elementwise and summing over S, which is what this does for one query per row at inference
-    (docs/benchmarks.md, issue 18).
+    reads the values column by column and is slower than multiplying elementwise and summing over S,
+    which is what this does for one query per row at inference.
     """
     t, s, dv = weights.size(-2), weights.size(-1), v.size(-1)
     if (t == 1 and s * dv < SCALAR_BMM_BELOW and weights.device.type == "cpu"

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqmap.nn.dropout import Dropout
-from seqmap.nn.multihead import KVCache, MultiHeadAttention
+from seqmap.nn.kv_cache import KVCache
+from seqmap.nn.multihead import MultiHeadAttention
 from seqmap.nn.packed import linear_relu
 from seqmap.nn.positional import PositionalEncoding
 

@@ -4,9 +4,8 @@
 layout on every call. oneDNN (torch's ``mkldnn`` backend) can reorder a weight once
 into the blocked layout its kernels read, and then multiply by it many times. That
 is decoding's pattern: 8 to 320 rows per step times the same weights, step after
-step. ``bench/decode.py`` measures both in one run (its "plain Linear" column);
-on the AMD EPYC of docs/benchmarks.md the output projection (64 x 256 times
-256 x 8000) took 0.5x to 0.65x the time packed (``bench/decode_parts.py``).
+step, where the packed multiply is the faster one (docs/benchmarks.md "Decoding";
+``bench/decode.py`` measures both in one run, its "plain Linear" column).
 
 ``pack_linears(model)`` replaces every float ``nn.Linear`` of a model by a
 ``PackedLinear`` that shares its ``weight`` and ``bias`` Parameters (the state dict,
@@ -23,10 +22,9 @@ tied weights and ``.weight`` readers are unchanged) and packs on first use:
 
 Which library multiplies depends on the CPU (``packing_backend``). On Intel CPUs, MKL's own
 packed sgemm (``torch.ops.mkl._mkl_linear``, what Inductor uses for frozen Linear layers) is
-faster than oneDNN at decoding's row counts: on the Xeon of docs/benchmarks.md, 1.17x a
-whole greedy call at 64 rows, 1.30x at 8 and 1.22x at one, with the same tokens
-(``bench/decode_switch.py pack``). Its pack is made for one row count, though (another count
-falls back to an unpacked sgemm), and packing the output layer costs about two of its calls.
+faster than oneDNN at decoding's row counts, with the same tokens (``bench/decode_switch.py pack``).
+Its pack is made for one row count, though (another count falls back to an unpacked sgemm), and
+packing the output layer costs about two of its calls.
 So a row count of at most ``MKL_MAX_ROWS`` gets its MKL pack on its ``MKL_AFTER_CALLS``-th
 call (greedy's batch keeps its rows for the whole call and from one call to the next; beam
 search's shrinks as sentences finish, and a count seen only a few times is not worth
@@ -35,12 +33,9 @@ batches, whose sizes vary, re-packed too often to keep it), oneDNN's pack serves
 ``MKL_ROW_COUNTS`` row counts keep a pack per slice (the least recently used is dropped). At
 most ``PLAIN_MAX_ROWS`` rows (greedy for one to three sentences: a server's requests) go
 through ``F.linear``: for so few rows MKL's sgemm on the weight as it is runs about as fast
-as on its pack (0.86x to 1.34x per layer shape with hot caches, ``bench/decode_parts.py``) and
-1.3x to 3.9x as fast as oneDNN's pack; a whole greedy call for one sentence gained 1.08x, for
-three 1.06x (``bench/decode_switch.py plain``, paired in one process). On
-other CPUs (the AMD EPYC of docs/benchmarks.md, where oneDNN was measured) oneDNN serves
-all. ``SEQMAP_PACKED_LINEAR=onednn`` (or ``mkl``) in the environment overrides the choice,
-for measuring one against the other.
+as on its pack and faster than oneDNN's pack (``bench/decode_parts.py``, ``bench/decode_switch.py
+plain``). On other CPUs oneDNN serves all. ``SEQMAP_PACKED_LINEAR=onednn`` (or ``mkl``) in the
+environment overrides the choice, for measuring one against the other.
 
 Packing needs torch built with oneDNN on x86-64 (``packing_available``); elsewhere
 ``pack_linears`` leaves the model as it is. Results equal ``F.linear``'s to float

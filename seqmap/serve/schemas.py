@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from seqmap.config import MAX_LENGTH_PENALTY, MAX_TEMPERATURE, MIN_TEMPERATURE, MIN_TOP_P
+from seqmap.decoding.beam import n_best_error
 
 MAX_SEED = 2**64 - 1  # the largest seed torch.Generator.manual_seed takes
 
@@ -237,9 +238,8 @@ def check_translate(req: TranslateRequest, limits: Limits, default_beam: int) ->
     beam = req.beam_size or default_beam
     if beam > limits.max_beam:
         raise RequestError(f"beam_size {beam} is above this server's limit of {limits.max_beam}", "beam_size")
-    if req.n_best > beam:
-        raise RequestError(f"n_best {req.n_best} needs beam_size >= {req.n_best} (got {beam}); "
-                           "raise beam_size or lower n_best", "n_best")
+    if (why := n_best_error(req.n_best, beam, "beam_size", n_best_as=f"n_best {req.n_best}")) is not None:
+        raise RequestError(f"{why}; raise beam_size or lower n_best", "n_best")
     return texts
 
 

@@ -6,8 +6,9 @@ import torch
 from seqmap.config import DecodeConfig
 from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD, UNK, train_tokenizer
 from seqmap.decoding.beam import beam_search
-from seqmap.decoding.greedy import greedy, next_log_probs
+from seqmap.decoding.greedy import greedy
 from seqmap.decoding.sampling import sample
+from seqmap.decoding.steps import next_log_probs
 from seqmap.decoding.text import translate_texts
 from seqmap.models.protocol import Memory
 

@@ -14,14 +14,16 @@ from functools import partial
 import pytest
 import torch
 
+import seqmap.nn.kv_cache as kv_cache
 import seqmap.nn.multihead as multihead
 from seqmap.config import ModelConfig
-from seqmap.decoding.beam import BeamResult, beam_search, gnmt_penalty
+from seqmap.decoding.beam import BeamResult, beam_search, n_best_error
 from seqmap.decoding.greedy import greedy
+from seqmap.decoding.ranking import gnmt_penalty
 from seqmap.decoding.sampling import sample
 from seqmap.models.builder import build_model
 from seqmap.models.protocol import Memory
-from seqmap.nn.multihead import KVCache, reorder_caches
+from seqmap.nn.kv_cache import KVCache, reorder_caches
 
 PAD, BOS, EOS = 0, 1, 2
 V = 8  # small, so random models end hypotheses with EOS at varied lengths
@@ -367,6 +369,20 @@ def test_beam_size_and_n_best_are_checked():
         beam_search(model, src, mask, beam_size=2, bos=BOS, eos=EOS, max_len=torch.tensor([3, 0, 2, 2]))
 
 
+def test_one_n_best_check_words_each_callers_message():
+    assert n_best_error(2, 2) is None and n_best_error(1, 5, "beam_size") is None
+    assert n_best_error(3, 2) == "n_best=3 needs decode.beam_size >= 3 (got 2)"
+    assert n_best_error(2, 1, "beam search with decode.beam_size") == \
+        "n_best=2 needs beam search with decode.beam_size >= 2 (got 1)"
+    assert n_best_error(3, 2, "beam_size", n_best_as="n_best 3") == "n_best 3 needs beam_size >= 3 (got 2)"
+    model = make("transformer")
+    src, mask, _ = inputs("transformer")
+    with pytest.raises(ValueError, match=r"^n_best=3 needs beam_size >= 3 \(got 2\)$"):
+        beam_search(model, src, mask, beam_size=2, bos=BOS, eos=EOS, max_len=5, n_best=3)
+    with pytest.raises(ValueError, match="n_best must be between 1 and beam_size=2, got 0"):
+        beam_search(model, src, mask, beam_size=2, bos=BOS, eos=EOS, max_len=5, n_best=0)
+
+
 def test_arguments_beam_search_cannot_use_are_refused_by_name():
     """A float beam size failed inside topk, a list of prompts on ``.dim()``, and an unknown early_stopping
     was read as False."""
@@ -567,8 +583,8 @@ def test_caches_reordered_together_share_one_plan_and_each_equals_gathering(monk
     for cache, (k, v) in zip(caches, stores):
         cache.append(k, v)
     planned = []
-    real_plan = multihead._SlotCopies.plan
-    monkeypatch.setattr(multihead._SlotCopies, "plan", lambda lineage, index: planned.append(1) or
+    real_plan = kv_cache._SlotCopies.plan
+    monkeypatch.setattr(kv_cache._SlotCopies, "plan", lambda lineage, index: planned.append(1) or
                         real_plan(lineage, index))
     odd = torch.tensor([1, 1, 0, 4, 3, 3])
     caches[3].reorder(odd)  # the fourth cache alone: its lineage now differs from the others'

@@ -14,7 +14,8 @@ import torch
 from seqmap.config import ConfigError, DecodeConfig
 from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED, PAD
 from seqmap.decoding.beam import beam_search
-from seqmap.decoding.greedy import decode_loop, greedy, repeated_ngrams
+from seqmap.decoding.greedy import decode_loop, greedy
+from seqmap.decoding.steps import repeated_ngrams
 from seqmap.decoding.text import translate_ids
 from seqmap.models.protocol import Memory
 

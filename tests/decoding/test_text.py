@@ -9,6 +9,7 @@ from seqmap.decoding.beam import beam_search
 from seqmap.decoding.greedy import greedy
 from seqmap.decoding.text import (
     Scored,
+    batch_budget,
     budget_batches,
     generate_texts,
     strip_output,
@@ -183,6 +184,20 @@ def test_budget_batches_cover_every_row_once_and_keep_long_rows_alone():
     assert [1] in batches
     for b in batches:
         assert len(b) * (max(lengths[i] for i in b) + 1) <= 12 or len(b) == 1
+
+
+def test_the_token_budget_counts_beams_and_sampling_reads_one_row_per_input():
+    assert batch_budget(DecodeConfig(max_tokens=100, beam_size=3)) == 33
+    assert batch_budget(DecodeConfig(max_tokens=100, beam_size=3), sample=True) == 100
+    assert batch_budget(DecodeConfig(max_tokens=4, beam_size=8)) == 1  # never an empty batch
+
+
+def test_a_long_source_is_read_up_to_max_src_len():
+    model = make()
+    whole, first_two = (translate_texts(model, TOK, TOK, [text]) for text in ("a b c d e f g", "a b"))
+    assert whole != first_two  # so that reading the whole source would show
+    assert translate_texts(model, TOK, TOK, ["a b c d e f g"], max_src_len=2) == first_two
+    assert translate_texts(model, TOK, TOK, ["a b c d e f g"], max_src_len=0) == whole
 
 
 def test_pad_and_strip():

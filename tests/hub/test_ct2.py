@@ -170,7 +170,7 @@ def test_nbest_lists_and_scores_are_as_seqmap_defines_them(tmp_path):
 def test_int8_never_decides_whether_an_export_is_the_runs(tmp_path, monkeypatch):
     """int8 kernels round differently on each ISA, so identity comes from the export's record of its checkpoint
     (or, without one, from a float32 probe); int8's drift is a warning, never a refusal."""
-    import seqmap.hub.ct2 as ct2
+    import seqmap.hub.ct2.load as ct2_load
 
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     run = _trained(tmp_path / "a")
@@ -184,14 +184,14 @@ def test_int8_never_decides_whether_an_export_is_the_runs(tmp_path, monkeypatch)
         assert "int8" in translator.compute_type
         with pytest.raises(HubError, match="written from another checkpoint"):
             open_export(tmp_path / path, other, threads=1, int8=True)
-    monkeypatch.setattr(ct2, "probe_difference", lambda *args: 5.0)  # however far int8 moves the scores
+    monkeypatch.setattr(ct2_load, "probe_difference", lambda *args: 5.0)  # however far int8 moves the scores
     with pytest.warns(Int8DriftWarning, match=r"int8 moves the log-probabilities of .* by 5 on average"):
         open_export(tmp_path / "ct2", run, threads=1, int8=True)
     monkeypatch.undo()
     (tmp_path / "ct2" / SOURCE_RECORD).unlink()  # no record: the float32 weights are probed, not int8's
     calls = []
-    probe = ct2.probe_difference
-    monkeypatch.setattr(ct2, "probe_difference", lambda path, model, *rest: calls.append(model.compute_type)
+    probe = ct2_load.probe_difference
+    monkeypatch.setattr(ct2_load, "probe_difference", lambda path, model, *rest: calls.append(model.compute_type)
                         or probe(path, model, *rest))
     open_export(tmp_path / "ct2", run, threads=1, int8=True)
     assert calls == ["float32"]
@@ -227,6 +227,12 @@ def test_seqmap_translate_decodes_with_an_export(tmp_path, capsys):
     theirs = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
     assert len(theirs) == 2 * len(texts) and [t[:2] for t in theirs] == [o[:2] for o in ours]
     assert [float(t[2]) for t in theirs] == pytest.approx([float(o[2]) for o in ours], abs=3e-4)
+    ranked = ["--nbest", "3", "--decode.beam_size", "3", "--decode.length_penalty", "1.0"]  # GNMT's norm, not ct2's
+    assert main(["translate", str(tmp_path / "run"), *texts, *ranked, "--ct2", str(tmp_path / "ct2")]) == 0
+    printed = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
+    for i in range(len(texts)):
+        scores = [float(score) for number, _, score in printed if number == str(i)]
+        assert len(scores) == 3 and scores == sorted(scores, reverse=True)  # best first by the printed score
     assert main(["translate", str(tmp_path / "run"), "a b", "--ct2", str(tmp_path / "ct2"), "--nbest", "3",
                  "--decode.beam_size", "2"]) == 2
     assert "n_best=3 needs decode.beam_size >= 3 (got 2)" in capsys.readouterr().err

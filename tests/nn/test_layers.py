@@ -7,8 +7,9 @@ import torch
 from torch import nn
 
 from seqmap.nn.attention import key_mask
+from seqmap.nn.kv_cache import KVCache
 from seqmap.nn.layers import DecoderLayer, EncoderLayer, FeedForward, TokenEmbedding, make_norm
-from seqmap.nn.multihead import KVCache, MultiHeadAttention
+from seqmap.nn.multihead import MultiHeadAttention
 
 D, H, F = 16, 4, 32
 

@@ -12,7 +12,8 @@ from torch import nn
 
 import seqmap.nn.multihead as multihead
 from seqmap.nn.attention import causal_mask, key_mask, padding_mask
-from seqmap.nn.multihead import KVCache, MultiHeadAttention, reorder_caches
+from seqmap.nn.kv_cache import KVCache, reorder_caches
+from seqmap.nn.multihead import MultiHeadAttention
 
 B, T, S, D, H = 2, 6, 5, 16, 4
 DH = D // H
@@ -242,15 +243,6 @@ def test_cache_reorder_selects_batch_rows():
     _close(last[:, 0], full[:, -1])
 
 
-def test_cache_append_returns_everything_so_far():
-    cache = KVCache()
-    k1, v1 = torch.randn(B, 2, 3, DH), torch.randn(B, 2, 3, DH)
-    k2, v2 = torch.randn(B, 2, 20, DH), torch.randn(B, 2, 20, DH)
-    cache.append(k1, v1)
-    k, v = cache.append(k2, v2)
-    assert torch.equal(k, torch.cat([k1, k2], dim=2)) and torch.equal(v, torch.cat([v1, v2], dim=2))
-
-
 # -- grouped-query and multi-query heads ------------------------------------------------------------
 
 
@@ -343,16 +335,6 @@ def test_cache_reorders_copy_the_slots_in_use_and_keep_decoding_exact(monkeypatc
         assert all(not u.any() for u in unused) if whole else all(u.isnan().all() for u in unused)
     assert cache.k.size(0) == 2 and cache.length == 6
     assert len(calls) == (6 if whole else 0)  # the three steps of _decode and the three above
-
-
-def test_whole_storage_bias_hides_exactly_the_unused_slots():
-    cache = KVCache()
-    cache.append(torch.randn(2, H, 3, D // H), torch.randn(2, H, 3, D // H))
-    cache.k[:, :, 3:], cache.v[:, :, 3:] = float("nan"), float("inf")  # what new memory may hold
-    keys, values, bias = cache.whole()
-    assert keys is cache.k and values is cache.v and bias.shape == (1, 1, 1, cache.k.size(2))
-    assert torch.equal(bias[0, 0, 0, :3], torch.zeros(3)) and bool((bias[0, 0, 0, 3:] == float("-inf")).all())
-    assert not keys[:, :, 3:].any() and not values[:, :, 3:].any()
 
 
 def test_cache_reorder_keeps_gradients_when_training():

@@ -11,7 +11,8 @@ import math
 import pytest
 import torch
 
-from seqmap.nn.multihead import KVCache, MultiHeadAttention
+from seqmap.nn.kv_cache import KVCache
+from seqmap.nn.multihead import MultiHeadAttention
 from seqmap.nn.positional import (
     POSITIONAL_KINDS,
     ALiBiPositional,

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from seqmap.nn.attention import causal_mask
-from seqmap.nn.multihead import KVCache, MultiHeadAttention
+from seqmap.nn.kv_cache import KVCache
+from seqmap.nn.multihead import MultiHeadAttention
 from seqmap.nn.positional import RelativeContentPosition, build_positional
 
 D, H, DH, CLIP = 8, 2, 4, 2

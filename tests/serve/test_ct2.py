@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 pytest.importorskip("ctranslate2", reason="the ct2 extra is not installed: pip install -e \".[ct2]\"")
 
 from seqmap.data.tokenizers import BOS, EOS, NEVER_GENERATED  # noqa: E402
-from seqmap.decoding.beam import gnmt_penalty  # noqa: E402
+from seqmap.decoding.ranking import gnmt_penalty  # noqa: E402
 from seqmap.hub.ct2 import export_ct2, load_generator, load_translator  # noqa: E402
 from seqmap.serve import main  # noqa: E402
 from seqmap.serve.app import create_app  # noqa: E402
