@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from seqmap.config import CLASSIFICATION_TASKS, ConfigError, RunConfig, from_dict
+from seqmap.config import ConfigError, RunConfig, from_dict
 from seqmap.data.labels import LabelSet
 from seqmap.data.pipeline import LABELS_FILE
 from seqmap.data.tokenizers import Tokenizer, load_pair
@@ -20,6 +20,7 @@ from seqmap.decoding.memory import keep_freed_memory
 from seqmap.models.builder import build_model
 from seqmap.nn.attention import avoid_cudnn_attention
 from seqmap.nn.packed import pack_linears
+from seqmap.tasks.registry import TASKS
 from seqmap.training.checkpoint import MODEL_FILE, TOKENIZER_DIR, load_checkpoint, read_config
 from seqmap.training.checkpoint_manager import CheckpointManager
 
@@ -141,5 +142,5 @@ def _load_run(path: str | Path, which: str, device: str | torch.device) -> Loade
     src_tok, tgt_tok = (None, None) if task == "image" else load_pair(tok_dir)
     load_checkpoint(checkpoint, model=model)
     model.to(device).eval()
-    labels = LabelSet.load(tok_dir / LABELS_FILE) if task in CLASSIFICATION_TASKS else None
+    labels = LabelSet.load(tok_dir / LABELS_FILE) if TASKS[task].labelled else None
     return LoadedRun(cfg, model, None if task in ("lm", "speech") else src_tok, tgt_tok, checkpoint, device, labels)

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from seqmap.cli.common import UserError, decode_config
+from seqmap.tasks.registry import TASKS
 
 TRANSLATION = ("translation",)
 OPTION_TASKS = {  # evaluate's options (attribute, flag) and the data.task values whose evaluation reads them
@@ -18,10 +19,6 @@ OPTION_TASKS = {  # evaluate's options (attribute, flag) and the data.task value
     ("confusion", "--confusion"): ("classification", "image", "graph"),
     ("no_baseline", "--no-baseline"): ("classification", "image"),
 }
-# data.task: (one run, runs), as the messages name them
-KINDS = {"translation": ("a translation run", "translation runs"), "classification": ("a classifier", "classifiers"),
-         "image": ("an image classifier", "image classifiers"), "graph": ("a graph (GAT) run", "graph runs"),
-         "speech": ("a speech run", "speech runs"), "lm": ("a language model", "language models")}
 DEFAULTS = {"nbest": 1, "split": "test", "no_baseline": False}
 
 
@@ -29,17 +26,15 @@ def refuse_other_tasks_options(run, args: argparse.Namespace) -> None:
     """One line for the first option given that the evaluation of this run's ``data.task`` would ignore (a
     ``--confusion`` for a translation run drew nothing, a ``--src`` for a classifier read nothing)."""
     task = run.cfg.data.task
-    if task not in KINDS:  # a task this table does not know yet
-        return
     if args.overrides and task not in ("translation", "speech"):  # nothing is decoded
         flag = args.overrides[0].split("=")[0]
-        raise UserError(f"{flag} is for translation and speech runs; {args.run_dir} is {KINDS[task][0]}: "
+        raise UserError(f"{flag} is for translation and speech runs; {args.run_dir} is {TASKS[task].one}: "
                         f"leave out {flag}")
     for (name, flag), tasks in OPTION_TASKS.items():
         if task not in tasks and getattr(args, name, None) not in (None, DEFAULTS.get(name)):
-            readers = [KINDS[t][1] for t in tasks]
+            readers = [TASKS[t].many for t in tasks]
             readers = " and ".join([", ".join(readers[:-1]), readers[-1]] if len(readers) > 1 else readers)
-            raise UserError(f"{flag} is for {readers}; {args.run_dir} is {KINDS[task][0]}: leave out {flag}")
+            raise UserError(f"{flag} is for {readers}; {args.run_dir} is {TASKS[task].one}: leave out {flag}")
 
 
 def evaluate_task(run, args: argparse.Namespace) -> int:
