@@ -132,7 +132,7 @@ def _load_run(path: str | Path, which: str, device: str | torch.device) -> Loade
     except ConfigError as e:
         raise RunError(f"{checkpoint / 'config.yaml'}: {e}") from None
     model = build_model(cfg.model)
-    if cfg.data.task == "graph":  # no tokens: the graph itself is the input (seqmap.data.pipeline.load_graph)
+    if cfg.data.task == "graph":  # no tokens: the graph itself is the input (seqmap.tasks.graph.load_graph)
         load_checkpoint(checkpoint, model=model)
         return LoadedRun(cfg, model.to(device).eval(), None, None, checkpoint, device)
     tok_dir = checkpoint / TOKENIZER_DIR

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("seqmap.hub",),  # pretrained models from (and to) the Hugging Face format, as run directories
     ("seqmap.evaluation", "seqmap.speech_evaluation", "seqmap.visualize"),  # a trained run: test scores, plots
     ("seqmap.tasks",),  # one module per data.task: its data, batches, validation and test scoring
+    ("seqmap.training.run_trainer",),  # a config on real data, trained into a run directory through its task
     ("seqmap.serve",),  # the HTTP API
     ("seqmap.cli", "seqmap.__main__"),  # the command line, on top of everything
 ]

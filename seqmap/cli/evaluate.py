@@ -59,7 +59,8 @@ def add_parser(commands) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from seqmap.data.corpus import read_lines
-    from seqmap.evaluation import evaluate_files, evaluate_pairs, hypotheses_path, rouge_line, split_texts
+    from seqmap.evaluation import evaluate_files, evaluate_pairs, hypotheses_path, rouge_line
+    from seqmap.tasks.translation import split_texts
 
     run = load(args)
     note_where_trained(run)
@@ -120,7 +121,8 @@ def _baselines(run, args: argparse.Namespace, out: Path) -> tuple:
     the lead's length (WORDS, or the training targets' median), the other run with its decode config, and where
     its hypotheses go: beside --out's (OUT_STEM.baseline.hyp) when --out is given, else in its own eval folder."""
     from seqmap.data.corpus import read_lines
-    from seqmap.evaluation import check_documents, check_summary_options, hypotheses_path, median_target_words
+    from seqmap.evaluation import check_documents, check_summary_options, hypotheses_path
+    from seqmap.tasks.translation import median_target_words
 
     try:
         check_summary_options(run, args.lead)

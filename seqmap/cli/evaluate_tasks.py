@@ -61,13 +61,15 @@ def _evaluate_classifier(run, args: argparse.Namespace) -> int:
         raise UserError(f"{args.run_dir} is {'an image' if images else 'a'} classifier: evaluate it on --data {what}")
     from seqmap.evaluation import comparison_table
     from seqmap.models.tfidf import MissingBaselineDependency
+    from seqmap.tasks.classification import classification_train_rows
 
     d = run.cfg.data
     try:
+        baseline = (classification_train_rows(d) if not images and not args.no_baseline and _has_training_rows(d)
+                    else None)
         result = (evaluate_images(run, args.data, batch_size=run.cfg.train.batch_size) if images else
                   evaluate_classifier(run, args.data, text_column=d.src_column, label_column=d.tgt_column,
-                                      max_tokens=run.cfg.train.max_tokens,
-                                      baseline=not args.no_baseline and _has_training_rows(d)))
+                                      max_tokens=run.cfg.train.max_tokens, baseline=baseline))
     except MissingBaselineDependency as e:
         raise UserError(f"{e} (or pass --no-baseline)") from None
     except ValueError as e:  # a label outside the classes, a malformed row, an empty file, a missing data.train
@@ -106,7 +108,8 @@ def _evaluate_graph(run, args: argparse.Namespace) -> int:
 
 
 def _evaluate_speech(run, args: argparse.Namespace) -> int:
-    from seqmap.speech_evaluation import evaluate_utterances, result_lines, test_utterances
+    from seqmap.speech_evaluation import evaluate_utterances, result_lines
+    from seqmap.tasks.speech import test_utterances
 
     utterances = test_utterances(run, args.data)
     if utterances is None:
@@ -135,7 +138,7 @@ def load_run_graph(run, path: str | None = None):
     import dataclasses
 
     from seqmap.data.graphs import GraphError
-    from seqmap.data.pipeline import load_graph
+    from seqmap.tasks.graph import load_graph
 
     data_cfg = run.cfg.data if path is None else dataclasses.replace(run.cfg.data, train=path)
     try:
