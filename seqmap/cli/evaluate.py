@@ -64,9 +64,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     run = load(args)
     note_where_trained(run)
-    if args.ct2 is not None and run.cfg.data.task != "translation":
-        raise UserError(f"--ct2 decodes translation runs; {args.run_dir} is data.task={run.cfg.data.task}: "
-                        "leave out --ct2")
     refuse_other_tasks_options(run, args)
     if run.cfg.data.task != "translation":  # a language model: loss and perplexity of a text
         return evaluate_lm(run, args) if run.cfg.data.task == "lm" else evaluate_task(run, args)

@@ -26,6 +26,8 @@ def refuse_other_tasks_options(run, args: argparse.Namespace) -> None:
     """One line for the first option given that the evaluation of this run's ``data.task`` would ignore (a
     ``--confusion`` for a translation run drew nothing, a ``--src`` for a classifier read nothing)."""
     task = run.cfg.data.task
+    if getattr(args, "ct2", None) is not None and task != "translation":
+        raise UserError(f"--ct2 decodes translation runs; {args.run_dir} is data.task={task}: leave out --ct2")
     if args.overrides and task not in ("translation", "speech"):  # nothing is decoded
         flag = args.overrides[0].split("=")[0]
         raise UserError(f"{flag} is for translation and speech runs; {args.run_dir} is {TASKS[task].one}: "
