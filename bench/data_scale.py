@@ -11,7 +11,7 @@ reversed)
 or reads a user's (``--train FILE.tsv``), then measures, each in a fresh process:
 
 * prepare: the tokenizer fit (``data.tokenizer_sample``) and the encoding into the memory-mapped prepared
-  corpus (``seqmap.data.pipeline.load_translation``), wall time and peak RSS;
+  corpus (``seqmap.tasks.translation.load_translation``), wall time and peak RSS;
 * train: ``seqmap train`` on the prepared corpus (a new run directory): seconds from the command to step 1,
   peak RSS over ``--steps`` steps, and the training tokens/s the trainer logs at the last step.
 
@@ -150,7 +150,7 @@ def main() -> None:
         for path in (prepared, args.work / f"prep-run-{name}", args.work / f"run-{name}"):
             subprocess.run(["rm", "-rf", str(path)], check=True)
         prepare = ("import sys; from pathlib import Path; from seqmap.config import load_config; "
-                   "from seqmap.data.pipeline import load_translation; "
+                   "from seqmap.tasks.translation import load_translation; "
                    "cfg = load_config(sys.argv[1]); cfg.data.prepared_dir = sys.argv[2]; "
                    "load_translation(cfg.data, Path(sys.argv[3]), lambda _: None)")
         prep_s, prep_rss, _ = timed([python, "-c", prepare, str(config), str(prepared),

@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/machine.py
 
 from machine import cpu_name  # noqa: E402
 
-from seqmap.data.pipeline import read_lm_texts  # noqa: E402
 from seqmap.data.samplers import lm_chunks, lm_random_chunks  # noqa: E402
 from seqmap.data.tokenizers import PAD  # noqa: E402
 from seqmap.runs import load_run  # noqa: E402
+from seqmap.tasks.lm import read_lm_texts  # noqa: E402
 
 
 @torch.no_grad()

@@ -29,11 +29,10 @@ from seqmap.data.lexicon import LEXICONS
 from seqmap.data.normalize import OPENCC_CONVERSIONS
 from seqmap.nn.layers import ACTIVATIONS
 from seqmap.nn.positional import POSITIONAL_KINDS, SINUSOIDAL_LAYOUTS
+from seqmap.tasks.registry import TASKS, task_of_family
 
 __all__ = [
-    "CLASSIFICATION_TASKS",
     "DATA_PATHS",
-    "FAMILY_OF_TASK",
     "HIGHER_IS_BETTER",
     "INIT_MODEL_OPTIONS",
     "LOWER_IS_BETTER",
@@ -339,7 +338,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         check_types(self, "data")
-        _choice("data", "task", self.task, ("translation", "lm", "speech", *CLASSIFICATION_TASKS))
+        _choice("data", "task", self.task, tuple(TASKS))
         if self.join and (len(self.join) != 2 or not 1 <= self.join[0] <= self.join[1]):
             raise ConfigError(f"data.join must be [lo, hi] with 1 <= lo <= hi (recordings per utterance) or [], "
                               f"got {self.join}")
@@ -393,8 +392,9 @@ class DataConfig:
         if self.dataset is not None:
             raise ConfigError(f"data.dataset={self.dataset} brings its own validation split; remove "
                               f"data.valid_size={n} (it holds out examples of your own data.train)")
-        if self.task == "graph":
-            raise ConfigError(f"data.task=graph validates on the graph's val_idx nodes; remove data.valid_size={n}")
+        own = TASKS[self.task].own_validation
+        if own is not None:
+            raise ConfigError(f"data.task={self.task} validates on {own}; remove data.valid_size={n}")
 
 
 # the data options that are file paths: a resumed run may point them elsewhere (the files moved), so checkpoints
@@ -497,9 +497,6 @@ class TrainConfig:
 
 HIGHER_IS_BETTER = ("bleu", "chrf", "rougeL", "accuracy", "macro_f1", "string_accuracy")  # validation metrics
 LOWER_IS_BETTER = ("loss", "ppl", "wer")  # to maximise, and to minimise
-CLASSIFICATION_TASKS = ("classification", "image", "graph")  # data.task values that predict one label per example
-FAMILY_OF_TASK = {"classification": "classifier", "image": "vit", "graph": "gat", "speech": "speech"}  # tasks that
-#                                                                                         need a family of their own
 
 
 # Fixed ranges beyond which decoding has no meaning and its float arithmetic breaks (found by
@@ -572,46 +569,39 @@ class RunConfig:
         """Checks across sections: each one-line error names both options."""
         check_types(self, "")
         m, d = self.model, self.data
-        lm_family = m.family in ("lm", "rnn_lm")
-        if lm_family and d.task != "lm":
+        task, lm = TASKS[d.task], TASKS["lm"]
+        if m.family in lm.families and d.task != lm.name:
             raise ConfigError(f"model.family={m.family} is a language model but data.task={d.task}; set "
                               "data.task=lm, or use model.family=transformer or rnn for translation")
-        if not lm_family and d.task == "lm":
+        if m.family not in lm.families and d.task == lm.name:
             raise ConfigError(f"data.task=lm needs a language model, but model.family={m.family}; set "
                               "model.family=lm or rnn_lm")
-        task_of_family = {family: task for task, family in FAMILY_OF_TASK.items()}
-        needs = ((FAMILY_OF_TASK[d.task], d.task) if d.task in FAMILY_OF_TASK
-                 else (m.family, task_of_family.get(m.family)))
+        needs = ((task.families[0], d.task) if task.families and m.family not in task.families
+                 else (m.family, task_of_family(m.family)))
         if needs[1] is not None and (m.family, d.task) != needs:
             raise ConfigError(f"model.family={needs[0]} and data.task={needs[1]} go together (got model.family="
                               f"{m.family}, data.task={d.task}); set both, or neither")
-        labelled = d.task in CLASSIFICATION_TASKS
+        transcribes = "wer" in task.metrics
         for metric in (self.train.early_stopping, *self.train.patience_metrics):
-            if metric in ("accuracy", "macro_f1") and not labelled:
+            if metric in ("accuracy", "macro_f1") and not task.labelled:
                 raise ConfigError(f"train.early_stopping / patience_metrics {metric} is a classification metric; "
                                   f"data.task={d.task} validates loss, ppl (and bleu, chrf, rougeL for translation)")
-            if metric in ("bleu", "chrf", "rougeL", "ppl") and labelled:
+            if metric in ("bleu", "chrf", "rougeL", "ppl") and task.labelled:
                 raise ConfigError(f"train.early_stopping / patience_metrics {metric} is not measured for "
                                   f"classification (data.task={d.task}); use loss, accuracy or macro_f1")
-            if (metric in ("wer", "string_accuracy")) != (d.task == "speech") and metric in (
+            if (metric in ("wer", "string_accuracy")) != transcribes and metric in (
                     "wer", "string_accuracy", "bleu", "chrf", "rougeL"):
                 raise ConfigError(f"train.early_stopping / patience_metrics {metric} is not measured for "
                                   f"data.task={d.task}; speech validates loss, ppl, wer and string_accuracy")
         if m.copy and not d.joint_vocab:
             raise ConfigError("model.copy=true copies source token ids into the target, so both sides need one "
                               "vocabulary; set data.joint_vocab=true (got false), or model.copy=false")
-        if d.task == "graph":
-            if d.train is None or d.valid is not None or d.test is not None:
-                raise ConfigError("data.task=graph reads one .npz holding the graph and its train/val/test node "
-                                  f"ids: set data.train (and not data.valid / data.test), got data.train={d.train!r}, "
-                                  f"data.valid={d.valid!r}, data.test={d.test!r}")
-            if self.train.accum_steps != 1:
-                raise ConfigError(f"data.task=graph takes one full-graph step per epoch; train.accum_steps must "
-                                  f"be 1, got {self.train.accum_steps}")
+        if task.check is not None:
+            task.check(self)
         if m.positional == "learned" and m.family in ("transformer", "lm", "classifier", "convs2s"):
-            longest = max(d.context, d.eval_context) if d.task == "lm" else max(d.max_len, d.max_src_len) + 1
-            what = ("data.context / data.eval_context" if d.task == "lm"
-                    else "data.max_len + 1 (CLS)" if d.task == "classification"
+            longest = max(d.context, d.eval_context) if task.windows else max(d.max_len, d.max_src_len) + 1
+            what = ("data.context / data.eval_context" if task.windows
+                    else "data.max_len + 1 (CLS)" if task.labelled
                     else "data.max_len + 1 (BOS)" if d.max_src_len == 0
                     else "max(data.max_len, data.max_src_len) + 1 (BOS)")
             if m.max_len < longest:

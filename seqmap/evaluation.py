@@ -22,31 +22,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
 from seqmap import metrics as mt
-from seqmap.config import DataConfig, DecodeConfig, RunConfig
-from seqmap.data.corpus import DataError, filter_pairs, read_lines, read_parallel, read_tsv
+from seqmap.config import DecodeConfig, RunConfig
+from seqmap.data.corpus import DataError, read_lines, read_parallel, read_tsv
 from seqmap.data.graphs import GraphData
 from seqmap.data.images import read_split
 from seqmap.data.labels import LabelSet
-from seqmap.data.pipeline import (
-    Pairs,
-    classification_ids,
-    classification_train_rows,
-    filtered_lengths,
-    lm_file_text,
-    read_lm_split,
-    read_translation_split,
-    read_translation_texts,
-    truncate_source,
-)
+from seqmap.data.pipeline import Pairs, classification_ids, truncate_source
 from seqmap.decoding.text import Scored, translate_texts
 from seqmap.models.lead import BASELINE_NAME as LEAD_NAME
-from seqmap.models.lead import lead, median_words
+from seqmap.models.lead import lead
 from seqmap.models.tfidf import BASELINE_NAME, MissingBaselineDependency, TfidfLogReg
 from seqmap.runs import LoadedRun
 from seqmap.training.validate import (
@@ -62,9 +51,6 @@ from seqmap.training.validate import (
     summed_nll,
     translation_batches,
 )
-
-if TYPE_CHECKING:
-    from seqmap.training.run_trainer import RunTrainer
 
 
 def bleu_tokenizer(tgt_lang: str, tokenize: str | None = None) -> str:
@@ -105,16 +91,6 @@ def lead_scores(sources: Sequence[str], refs: Sequence[str], words: int, tgt_lan
     return {"model": f"{LEAD_NAME} ({words} words)", **score(hyps, list(refs), tgt_lang), "hyps": hyps}
 
 
-def median_target_words(data: DataConfig) -> int:
-    """The lead's length: the median word count of a run's training targets (``data.train``)."""
-    try:
-        train = read_translation_texts(data)["train"]
-    except (OSError, ValueError) as e:
-        raise ValueError(f"cannot read the run's training targets for the lead's length ({e}); "
-                         "give the lead's length (--lead WORDS)") from None
-    return median_words([t for _, t in train])
-
-
 def _system_name(run: LoadedRun) -> str:
     return f"{run.checkpoint.parent.parent.name} ({'copy' if run.cfg.model.copy else 'no copy'})"
 
@@ -135,21 +111,21 @@ def hypotheses_path(run: LoadedRun, src: str | Path) -> Path:
 
 
 def summary_baselines(run: LoadedRun, src: str | Path, ref: str | Path, result: dict, *,
-                      lead_words: int | None = 0, other: LoadedRun | None = None,
+                      lead_words: int | None = None, other: LoadedRun | None = None,
                       other_decode: DecodeConfig | None = None,
                       other_out: str | Path | None = None) -> list[tuple[str, dict]]:
     """(name, scores) of ``run`` (its ``evaluate_files`` ``result``), the lead baseline and ``other`` (another
     run, e.g. without copying), all on the same documents.
 
-    ``lead_words``: the lead's length; 0 = the median word count of the run's training targets, None = no lead.
+    ``lead_words``: the lead's length in words (``seqmap.tasks.translation.median_target_words`` of the run's
+    training targets is the usual one), None = no lead.
     ``other_out``: where the other run's hypotheses are written (default: its own ``hypotheses_path``).
     """
     check_summary_options(run, lead_words)
     rows = [(_system_name(run), result)]
     pairs = read_parallel(src, ref, "--src", "--ref")
     if lead_words is not None:
-        words = lead_words or median_target_words(run.cfg.data)
-        scores = lead_scores([s for s, _ in pairs], [r for _, r in pairs], words, run.cfg.data.tgt_lang)
+        scores = lead_scores([s for s, _ in pairs], [r for _, r in pairs], lead_words, run.cfg.data.tgt_lang)
         rows.append((scores["model"], scores))
     if other is not None:
         out = Path(other_out) if other_out is not None else hypotheses_path(other, src)
@@ -263,26 +239,6 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
     return result
 
 
-def split_texts(run: LoadedRun, split: str = "test") -> tuple[list[str], list[str]]:
-    """The sources and references of a translation run's own ``split`` ("test", "val" or "train"), read from its
-    config's data and normalized as training read them (``seqmap evaluate RUN_DIR`` without --src/--ref scores
-    these, as ``seqmap train`` scored the test split). Only the files of ``split`` are read (the training file
-    too for a ``data.valid_size`` hold-out). The validation and training pairs are the ones training kept:
-    empty and over-long pairs dropped, as ``seqmap train`` logged. A DataError says when the config names no
-    such data."""
-    cfg = run.cfg.data
-    name, pairs = _own_split(read_translation_split, cfg, split, "data", "data.{} or data.{}_src and data.{}_tgt",
-                             "give --src FILE and --ref FILE")
-    if name != "test":  # as load_translation filtered them (the test split is scored whole)
-        read = len(pairs)
-        pairs = filter_pairs(pairs, cfg.max_len, lengths=lambda s, t: filtered_lengths(
-            cfg, run.src_tok.encode(s), run.tgt_tok.encode(t)))[0]
-        if not pairs:
-            raise DataError(f"training kept none of the {read} {name} pairs (each empty, or longer than "
-                            f"data.max_len={cfg.max_len} tokens); give --src FILE and --ref FILE")
-    return [s for s, _ in pairs], [t for _, t in pairs]
-
-
 def evaluate_files(run: LoadedRun, src: str | Path, ref: str | Path, decode: DecodeConfig | None = None,
                    out: Path | None = None, *, n_best: int = 1, tokenize: str | None = None,
                    compare_with: str | Path | None = None, tok_ref: str | Path | None = None,
@@ -303,30 +259,7 @@ def lm_scores(model, stream: list[int], cfg: RunConfig, device) -> dict:
     return {"loss": nll / n, "ppl": mt.perplexity(nll, n), "tokens": n}
 
 
-def lm_text(run: LoadedRun, data: str | None, split: str = "test") -> tuple[str, str]:
-    """(text, where it came from) for ``seqmap evaluate`` on a language model: the ``data`` file, else the run's
-    own ``split`` read from its config (as training read it)."""
-    cfg = run.cfg.data
-    if data is not None:
-        return lm_file_text(cfg, data, "--data"), data
-    name, text = _own_split(read_lm_split, cfg, split, "text", "data.{}", "give --data TEXT_FILE")
-    return text, f"its {name} split"
-
-
-def _own_split(read, cfg: DataConfig, split: str, noun: str, keys: str, fix: str):
-    """(the split's name in the config, what ``read(cfg, name)`` found) for ``--split`` ("val" is "valid"); a
-    DataError that ends with ``fix`` when the config names none or its files cannot be read."""
-    name = "valid" if split == "val" else split
-    try:
-        found = read(cfg, name)
-    except DataError as e:  # moved away since training, or relative to the folder training ran in
-        raise DataError(f"{e}; or {fix}") from None
-    if not found:
-        raise DataError(f"the run's config names no {name} {noun} ({keys.format(name, name, name)}); {fix}")
-    return name, found
-
-
-def evaluate_test_split(trainer: RunTrainer) -> dict | None:
+def evaluate_test_split(trainer) -> dict | None:
     """Score the best checkpoint of a finished training run on its test split, and log the result.
 
     Translation: decoded with the run's decode config and scored as by ``evaluate_pairs`` (hypotheses
@@ -392,7 +325,7 @@ def comparison_table(model: dict, baseline: dict | None, model_name: str = "clas
     return lines
 
 
-def _classification_test(trainer: RunTrainer) -> dict | None:
+def _classification_test(trainer) -> dict | None:
     """Loss, accuracy and macro-F1 of the best checkpoint on every test row, beside the TF-IDF baseline's.
 
     The baseline (``result["baseline"]``, and a ``test_baseline`` event in metrics.jsonl) is fitted on
@@ -425,7 +358,7 @@ def _classification_test(trainer: RunTrainer) -> dict | None:
     return {**result, "baseline": baseline}
 
 
-def _image_test(trainer: RunTrainer) -> dict | None:
+def _image_test(trainer) -> dict | None:
     """Loss, accuracy and macro-F1 of the best checkpoint on the test images (``data.test``)."""
     cfg, data, log = trainer.cfg, trainer.data, trainer.log
     if data.test is None:
@@ -440,7 +373,7 @@ def _image_test(trainer: RunTrainer) -> dict | None:
     return result
 
 
-def _graph_test(trainer: RunTrainer) -> dict | None:
+def _graph_test(trainer) -> dict | None:
     """Loss, accuracy and macro-F1 of the best checkpoint on the graph's test nodes (None when it has none)."""
     data, log = trainer.data, trainer.log
     if data.graph.test_idx.numel() == 0:
@@ -479,7 +412,7 @@ def evaluate_images(run: LoadedRun, path: str | Path, *, batch_size: int = 256) 
 def evaluate_graph(run: LoadedRun, data: GraphData, split: str = "test") -> dict:
     """Accuracy, macro-F1, loss and the confusion matrix of a graph run on one split's nodes (train, val, test).
 
-    ``data`` is the graph the run was trained on (``seqmap.data.pipeline.load_graph`` of its config), or another
+    ``data`` is the graph the run was trained on (``seqmap.tasks.graph.load_graph`` of its config), or another
     graph with the same features and classes.
     """
     nodes = {"train": data.graph.train_idx, "val": data.graph.val_idx, "test": data.graph.test_idx}.get(split)
@@ -499,13 +432,14 @@ def evaluate_graph(run: LoadedRun, data: GraphData, split: str = "test") -> dict
 
 
 def evaluate_classifier(run: LoadedRun, path: str | Path, *, text_column: int = 0, label_column: int = 1,
-                        max_tokens: int = 4096, baseline: bool = False) -> dict:
+                        max_tokens: int = 4096, baseline: Pairs | None = None) -> dict:
     """Accuracy, macro-F1, loss and the confusion matrix of a classifier on a TSV of (text, label) rows.
 
     Texts are read as training read them (the tokenizer's normalization, the first ``data.max_len``
     tokens); a label outside the run's classes is an error naming it (unless the run has an ``other``
-    class, which takes it). With ``baseline``, ``result["baseline"]`` holds the TF-IDF baseline's
-    scores on the same rows, fitted on the run's training rows (``data.train`` of its config).
+    class, which takes it). With ``baseline``, (text, label) training rows (the run's own:
+    ``seqmap.tasks.classification.classification_train_rows``), ``result["baseline"]`` holds the TF-IDF
+    baseline's scores on the same rows, fitted on them.
     """
     pairs = read_tsv(path, "--data", text_column, label_column)
     rows = [(classification_ids(run.src_tok, text, run.cfg.data.max_len),
@@ -516,8 +450,8 @@ def evaluate_classifier(run: LoadedRun, path: str | Path, *, text_column: int = 
     gold = [label for _, label in rows]
     result = classification_scores(predicted, gold, nll_sum, len(run.labels))
     result["confusion"] = mt.confusion_matrix(predicted, gold, len(run.labels))
-    if baseline:
+    if baseline is not None:
         norm = run.src_tok.normalizer
         test = [(norm(text), label.strip()) for text, label in pairs]
-        result["baseline"] = baseline_scores(classification_train_rows(run.cfg.data), test, run.labels)
+        result["baseline"] = baseline_scores(baseline, test, run.labels)
     return result

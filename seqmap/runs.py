@@ -20,7 +20,7 @@ from seqmap.checkpoints import (
     load_checkpoint,
     read_config,
 )
-from seqmap.config import CLASSIFICATION_TASKS, ConfigError, RunConfig, from_dict
+from seqmap.config import ConfigError, RunConfig, from_dict
 from seqmap.data.labels import LabelSet
 from seqmap.data.pipeline import LABELS_FILE
 from seqmap.data.tokenizers import Tokenizer, load_pair
@@ -28,6 +28,7 @@ from seqmap.decoding.memory import keep_freed_memory
 from seqmap.models.builder import build_model
 from seqmap.nn.attention import avoid_cudnn_attention
 from seqmap.nn.packed import pack_linears
+from seqmap.tasks.registry import TASKS
 
 
 class RunError(ValueError):
@@ -140,7 +141,7 @@ def _load_run(path: str | Path, which: str, device: str | torch.device) -> Loade
     except ConfigError as e:
         raise RunError(f"{checkpoint / 'config.yaml'}: {e}") from None
     model = build_model(cfg.model)
-    if cfg.data.task == "graph":  # no tokens: the graph itself is the input (seqmap.data.pipeline.load_graph)
+    if cfg.data.task == "graph":  # no tokens: the graph itself is the input (seqmap.tasks.graph.load_graph)
         load_checkpoint(checkpoint, model=model)
         return LoadedRun(cfg, model.to(device).eval(), None, None, checkpoint, device)
     tok_dir = find_tokenizer(checkpoint) or checkpoint.parent.parent / TOKENIZER_DIR  # none: load_pair names it
@@ -148,5 +149,5 @@ def _load_run(path: str | Path, which: str, device: str | torch.device) -> Loade
     src_tok, tgt_tok = (None, None) if task == "image" else load_pair(tok_dir)
     load_checkpoint(checkpoint, model=model)
     model.to(device).eval()
-    labels = LabelSet.load(tok_dir / LABELS_FILE) if task in CLASSIFICATION_TASKS else None
+    labels = LabelSet.load(tok_dir / LABELS_FILE) if TASKS[task].labelled else None
     return LoadedRun(cfg, model, None if task in ("lm", "speech") else src_tok, tgt_tok, checkpoint, device, labels)

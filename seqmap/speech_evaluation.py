@@ -8,16 +8,12 @@ speaker it never heard on its own row. Transcripts go to a file, one line per ut
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from seqmap import metrics as mt
 from seqmap.config import DecodeConfig
 from seqmap.data.audio import Utterances
 from seqmap.decoding.speech import transcribe
 from seqmap.runs import LoadedRun
-
-if TYPE_CHECKING:
-    from seqmap.training.run_trainer import RunTrainer
 
 
 def evaluate_utterances(run: LoadedRun, utterances: Utterances, decode: DecodeConfig | None = None, *,
@@ -42,17 +38,6 @@ def evaluate_utterances(run: LoadedRun, utterances: Utterances, decode: DecodeCo
     return result
 
 
-def test_utterances(run: LoadedRun, path: str | Path | None = None) -> Utterances | None:
-    """The test utterances of a speech run: the recordings of ``path`` (an .npz or a TSV manifest; its test
-    recordings when it marks splits), else of the run's own test split, joined as the run's ``data.join`` says."""
-    import dataclasses
-
-    from seqmap.data.pipeline import speech_split
-
-    data = dataclasses.replace(run.cfg.data, test=str(path)) if path else run.cfg.data
-    return speech_split(data, "test", run.model.frontend.sample_rate)
-
-
 def result_lines(result: dict, unseen: tuple[str, ...] = ()) -> list[str]:
     """``evaluate_utterances``' result as text: WER, string accuracy, then the per-speaker table."""
     return [f"WER = {result['wer']:.2f}   ({result['errors']} errors in {result['words']} words; beam "
@@ -71,7 +56,7 @@ def speaker_table(result: dict, unseen: tuple[str, ...] = ()) -> list[str]:
     return lines
 
 
-def speech_test(trainer: RunTrainer) -> dict | None:
+def speech_test(trainer) -> dict | None:
     """The best checkpoint on the run's test utterances (transcripts in RUN_DIR/test.hyp), logged per speaker."""
     cfg, data, log = trainer.cfg, trainer.data, trainer.log
     if data.test is None:

@@ -124,7 +124,7 @@ def test_a_label_training_never_saw_is_one_line_naming_it(tmp_path, capsys):
 
 
 def test_max_classes_merges_the_rarest_labels_into_other(tmp_path):
-    from seqmap.data.pipeline import load_classification
+    from seqmap.tasks.classification import load_classification
 
     cfg = from_dict(RunConfig, config(tmp_path, max_classes=2))
     data = load_classification(cfg.data, tmp_path / "run", log=lambda line: None)
@@ -145,7 +145,7 @@ def test_config_mistakes_across_sections_are_one_line(model, data, train, messag
 
 
 def test_a_classification_file_without_a_label_column_names_the_line(tmp_path):
-    from seqmap.data.pipeline import load_classification
+    from seqmap.tasks.classification import load_classification
 
     cfg = from_dict(RunConfig, config(tmp_path))
     (tmp_path / "train.tsv").write_text("a text with no label\n")
@@ -173,7 +173,8 @@ def test_plot_attention_of_a_classifier_shows_the_cls_row_and_the_prediction(tmp
 
 def test_long_texts_are_truncated_not_dropped_and_the_baseline_scores_the_same_rows(tmp_path, capsys):
     """Model and TF-IDF baseline: fitted on the same training rows, scored on every test row (long ones too)."""
-    from seqmap.data.pipeline import classification_ids, classification_train_rows, load_classification
+    from seqmap.data.pipeline import classification_ids
+    from seqmap.tasks.classification import classification_train_rows, load_classification
     from seqmap.training.runlog import read_metrics
 
     cfg = config(tmp_path, max_len=12)

@@ -21,8 +21,9 @@ LAYERS: list[tuple[str, ...]] = [
     #                                                  __version__; output paths; where a run was trained
     ("seqmap.nn",),  # attention and positional primitives, layers
     ("seqmap.data",),  # text, tokenizers, corpora, batches, synthetic tasks
-    ("seqmap.config", "seqmap.config_io"),  # typed configs (they check choices against names defined in nn
-    #                                         and data); YAML, overrides and dict (de)serialisation
+    ("seqmap.config", "seqmap.config_io", "seqmap.tasks.registry"),  # typed configs (they check choices against
+    #                          names defined in nn, data and the task registry); YAML, overrides and dict
+    #                          (de)serialisation; what each data.task is, without its code
     ("seqmap.checkpoints",),  # saving and loading checkpoints, their rotation and averaging
     ("seqmap.models", "seqmap.data.pipeline"),  # models built from a config; a data config to token ids
     ("seqmap.decoding",),  # greedy, beam, sampling over the model protocol; text in, text out
@@ -31,6 +32,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("seqmap.hub",),  # pretrained models from (and to) the Hugging Face format, as run directories
     ("seqmap.training",),  # the trainer, its loss, schedules, validation; the toy run
     ("seqmap.evaluation", "seqmap.speech_evaluation", "seqmap.visualize"),  # a trained run: test scores, plots
+    ("seqmap.tasks",),  # one module per data.task: its data, batches, validation and test scoring
+    ("seqmap.training.run_trainer",),  # a config on real data, trained into a run directory through its task
     ("seqmap.serve",),  # the HTTP API
     ("seqmap.cli", "seqmap.__main__"),  # the command line, on top of everything
 ]

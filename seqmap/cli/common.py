@@ -70,15 +70,10 @@ def run_parser(commands, name: str, help_: str, description: str, epilog: str) -
     return p
 
 
-USE_FOR = {"translation": "seqmap translate / evaluate", "lm": "seqmap generate",
-           "classification": "seqmap classify", "image": "seqmap classify",
-           "graph": "seqmap evaluate / seqmap plot attention --node",
-           "speech": "seqmap transcribe / evaluate"}  # what to run on each data.task
-
-
 def load(args: argparse.Namespace, task: str | tuple[str, ...] | None = None):
     """The trained run that ``run_parser``'s options name; ``task``: the ``data.task`` (or tasks) the command takes."""
     from seqmap.runs import load_run
+    from seqmap.tasks.registry import TASKS
 
     threads(getattr(args, "threads", None))
     if getattr(args, "ct2", None) is not None:  # before loading, which would refuse 16 bits on the CPU otherwise
@@ -94,7 +89,7 @@ def load(args: argparse.Namespace, task: str | tuple[str, ...] | None = None):
     tasks = (task,) if isinstance(task, str) else task
     if tasks is not None and run.cfg.data.task not in tasks:
         raise UserError(f"{args.run_dir} was trained for data.task={run.cfg.data.task}, not {' or '.join(tasks)}; "
-                        f"use `{USE_FOR[run.cfg.data.task]}` on it")
+                        f"use `{TASKS[run.cfg.data.task].use}` on it")
     return run
 
 

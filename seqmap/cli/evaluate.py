@@ -59,13 +59,11 @@ def add_parser(commands) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from seqmap.data.corpus import read_lines
-    from seqmap.evaluation import evaluate_files, evaluate_pairs, hypotheses_path, rouge_line, split_texts
+    from seqmap.evaluation import evaluate_files, evaluate_pairs, hypotheses_path, rouge_line
+    from seqmap.tasks.translation import split_texts
 
     run = load(args)
     note_where_trained(run)
-    if args.ct2 is not None and run.cfg.data.task != "translation":
-        raise UserError(f"--ct2 decodes translation runs; {args.run_dir} is data.task={run.cfg.data.task}: "
-                        "leave out --ct2")
     refuse_other_tasks_options(run, args)
     if run.cfg.data.task != "translation":  # a language model: loss and perplexity of a text
         return evaluate_lm(run, args) if run.cfg.data.task == "lm" else evaluate_task(run, args)
@@ -120,7 +118,8 @@ def _baselines(run, args: argparse.Namespace, out: Path) -> tuple:
     the lead's length (WORDS, or the training targets' median), the other run with its decode config, and where
     its hypotheses go: beside --out's (OUT_STEM.baseline.hyp) when --out is given, else in its own eval folder."""
     from seqmap.data.corpus import read_lines
-    from seqmap.evaluation import check_documents, check_summary_options, hypotheses_path, median_target_words
+    from seqmap.evaluation import check_documents, check_summary_options, hypotheses_path
+    from seqmap.tasks.translation import median_target_words
 
     try:
         check_summary_options(run, args.lead)

@@ -10,8 +10,8 @@ from seqmap.cli.common import UserError
 def evaluate_lm(run, args: argparse.Namespace) -> int:
     """A language model: loss and perplexity of --data TEXT_FILE, or of its own --split (default: test)."""
     from seqmap.data.corpus import DataError
-    from seqmap.data.pipeline import lm_stream
-    from seqmap.evaluation import lm_scores, lm_text
+    from seqmap.evaluation import lm_scores
+    from seqmap.tasks.lm import lm_stream, lm_text
     from seqmap.training.validate import eval_context
 
     if args.data is not None and args.split != "test":

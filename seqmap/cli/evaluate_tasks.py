@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from seqmap.cli.common import UserError, decode_config
+from seqmap.tasks.registry import TASKS
 
 TRANSLATION = ("translation",)
 OPTION_TASKS = {  # evaluate's options (attribute, flag) and the data.task values whose evaluation reads them
@@ -18,10 +19,6 @@ OPTION_TASKS = {  # evaluate's options (attribute, flag) and the data.task value
     ("confusion", "--confusion"): ("classification", "image", "graph"),
     ("no_baseline", "--no-baseline"): ("classification", "image"),
 }
-# data.task: (one run, runs), as the messages name them
-KINDS = {"translation": ("a translation run", "translation runs"), "classification": ("a classifier", "classifiers"),
-         "image": ("an image classifier", "image classifiers"), "graph": ("a graph (GAT) run", "graph runs"),
-         "speech": ("a speech run", "speech runs"), "lm": ("a language model", "language models")}
 DEFAULTS = {"nbest": 1, "split": "test", "no_baseline": False}
 
 
@@ -29,17 +26,17 @@ def refuse_other_tasks_options(run, args: argparse.Namespace) -> None:
     """One line for the first option given that the evaluation of this run's ``data.task`` would ignore (a
     ``--confusion`` for a translation run drew nothing, a ``--src`` for a classifier read nothing)."""
     task = run.cfg.data.task
-    if task not in KINDS:  # a task this table does not know yet
-        return
+    if getattr(args, "ct2", None) is not None and task != "translation":
+        raise UserError(f"--ct2 decodes translation runs; {args.run_dir} is data.task={task}: leave out --ct2")
     if args.overrides and task not in ("translation", "speech"):  # nothing is decoded
         flag = args.overrides[0].split("=")[0]
-        raise UserError(f"{flag} is for translation and speech runs; {args.run_dir} is {KINDS[task][0]}: "
+        raise UserError(f"{flag} is for translation and speech runs; {args.run_dir} is {TASKS[task].one}: "
                         f"leave out {flag}")
     for (name, flag), tasks in OPTION_TASKS.items():
         if task not in tasks and getattr(args, name, None) not in (None, DEFAULTS.get(name)):
-            readers = [KINDS[t][1] for t in tasks]
+            readers = [TASKS[t].many for t in tasks]
             readers = " and ".join([", ".join(readers[:-1]), readers[-1]] if len(readers) > 1 else readers)
-            raise UserError(f"{flag} is for {readers}; {args.run_dir} is {KINDS[task][0]}: leave out {flag}")
+            raise UserError(f"{flag} is for {readers}; {args.run_dir} is {TASKS[task].one}: leave out {flag}")
 
 
 def evaluate_task(run, args: argparse.Namespace) -> int:
@@ -66,13 +63,15 @@ def _evaluate_classifier(run, args: argparse.Namespace) -> int:
         raise UserError(f"{args.run_dir} is {'an image' if images else 'a'} classifier: evaluate it on --data {what}")
     from seqmap.evaluation import comparison_table
     from seqmap.models.tfidf import MissingBaselineDependency
+    from seqmap.tasks.classification import classification_train_rows
 
     d = run.cfg.data
     try:
+        baseline = (classification_train_rows(d) if not images and not args.no_baseline and _has_training_rows(d)
+                    else None)
         result = (evaluate_images(run, args.data, batch_size=run.cfg.train.batch_size) if images else
                   evaluate_classifier(run, args.data, text_column=d.src_column, label_column=d.tgt_column,
-                                      max_tokens=run.cfg.train.max_tokens,
-                                      baseline=not args.no_baseline and _has_training_rows(d)))
+                                      max_tokens=run.cfg.train.max_tokens, baseline=baseline))
     except MissingBaselineDependency as e:
         raise UserError(f"{e} (or pass --no-baseline)") from None
     except ValueError as e:  # a label outside the classes, a malformed row, an empty file, a missing data.train
@@ -111,7 +110,8 @@ def _evaluate_graph(run, args: argparse.Namespace) -> int:
 
 
 def _evaluate_speech(run, args: argparse.Namespace) -> int:
-    from seqmap.speech_evaluation import evaluate_utterances, result_lines, test_utterances
+    from seqmap.speech_evaluation import evaluate_utterances, result_lines
+    from seqmap.tasks.speech import test_utterances
 
     utterances = test_utterances(run, args.data)
     if utterances is None:
@@ -140,7 +140,7 @@ def load_run_graph(run, path: str | None = None):
     import dataclasses
 
     from seqmap.data.graphs import GraphError
-    from seqmap.data.pipeline import load_graph
+    from seqmap.tasks.graph import load_graph
 
     data_cfg = run.cfg.data if path is None else dataclasses.replace(run.cfg.data, train=path)
     try:

@@ -3,8 +3,9 @@
 Tokenizers (``tokenizers.py``; the interface in ``tokenizer_base.py``, BPE/unigram in
 ``sentencepiece_tokenizer.py``) with text normalization
 (``normalize.py``), reading files with clear errors (``corpus.py``), named and bundled corpora
-(``datasets.py``), dictionary pairs (``lexicon.py``), the config-to-ids pipeline (``pipeline.py``),
-which examples form a batch (``samplers.py``) and their padded tensors (``batching.py``), and the synthetic
+(``datasets.py``), dictionary pairs (``lexicon.py``), what every task's data shares: the hold-out,
+tokenizer and class fitting (``pipeline.py``; each task reads its own data in ``seqmap.tasks``), which
+examples form a batch (``samplers.py``) and their padded tensors (``batching.py``), and the synthetic
 toy tasks re-exported here (``synthetic.py``).
 """
 

@@ -296,7 +296,7 @@ def generate_nbest(model, prompts: Sequence[Sequence[int]], decode: DecodeConfig
 
 
 def lm_prompt(tok: Tokenizer, text: str) -> list[int]:
-    """Prompt ids laid out like the LM training stream (``seqmap.data.pipeline``).
+    """Prompt ids laid out like the LM training stream (``seqmap.tasks.lm``).
 
     Character models learn from the raw text (newlines are characters, no EOS), so
     the prompt is its characters, or a newline if empty; other models saw an EOS

@@ -61,15 +61,11 @@ from seqmap.serve.schemas import (
     limits_dict,
 )
 from seqmap.serve.transcribe import SpeechEngine
+from seqmap.tasks.registry import TASKS
 
 STATIC_DIR = Path(__file__).parent / "static"
 BODIES: dict[str, type[BaseModel]] = {"/translate": TranslateRequest, "/generate": GenerateRequest,
                                       "/classify": ClassifyRequest, "/transcribe": TranscribeRequest}
-ROUTE_OF_TASK = {"translation": "POST /translate with a text", "lm": "POST /generate with a prompt",
-                 "classification": "POST /classify with a text", "image": "POST /classify with a base64 image",
-                 "speech": "POST /transcribe with base64 audio files"}
-HOLDS = {"translation": "a translation model", "lm": "a language model", "classification": "a text classifier",
-         "image": "an image classifier", "speech": "a speech recognizer"}
 UNION_TAGS = {"str": "a string or a list of strings", "list[str]": "a string or a list of strings"}
 ERRORS = {status: {"model": ErrorBody} for status in (409, 413, 422, 500, 503)}
 log = logging.getLogger("seqmap.serve")
@@ -222,7 +218,8 @@ def _engine(run: LoadedRun, limits: Limits, ct2=None, decoder: str = "seqmap"):
 
 
 def _wrong_route(task: str) -> RequestError:
-    return RequestError(f"this server holds {HOLDS[task]}; {ROUTE_OF_TASK[task]} instead", None, 409)
+    info = TASKS[task]
+    return RequestError(f"this server holds {info.holds}; {info.request} instead", None, 409)
 
 
 DISCONNECT_POLL_S = 0.1  # how often a waiting request checks whether its client is still there

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from seqmap import metrics as mt
-from seqmap import provenance
+from seqmap import provenance, tasks
 from seqmap.checkpoints import (
     TOKENIZER_DIR,
     CheckpointError,
@@ -41,27 +41,9 @@ from seqmap.checkpoints import (
 )
 from seqmap.checkpoints.files import damaged_advice
 from seqmap.config import HIGHER_IS_BETTER, RunConfig, save_config, to_dict
-from seqmap.data.batching import Batch, collate_images, collate_labels, collate_pairs, collate_speech
-from seqmap.data.images import random_shift
-from seqmap.data.pipeline import (
-    load_classification,
-    load_graph,
-    load_images,
-    load_lm,
-    load_speech,
-    load_translation,
-)
-from seqmap.data.samplers import (
-    EpochIterator,
-    fixed_size_batches,
-    lm_random_chunks,
-    lm_stream_rows,
-    lm_stream_window,
-    shard,
-    token_budget_batches,
-)
-from seqmap.data.tokenizers import PAD
+from seqmap.data.samplers import EpochIterator, shard
 from seqmap.models.builder import build_model
+from seqmap.tasks.base import TrainingContext
 from seqmap.training import distributed
 from seqmap.training.carry import CarriedState
 from seqmap.training.run_dir import copy_tokenizer, refuse_another_run, resume_advice, resume_command, write_error
@@ -147,14 +129,13 @@ class RunTrainer:
             copy_tokenizer(Path(init), self.run_dir / TOKENIZER_DIR)
 
         # data: rank 0 trains the tokenizer (or keeps the --init run's) and fills the cache, the others then read them
-        load = {"lm": load_lm, "translation": load_translation, "classification": load_classification,
-                "image": load_images, "graph": load_graph, "speech": load_speech}[cfg.data.task]
+        self.task = tasks.get(cfg.data.task)
         if not self.dist.is_main:
             distributed.barrier(self.dist)
-        self.data = load(cfg.data, self.run_dir, self.log.info)
+        self.data = self.task.load(cfg.data, self.run_dir, self.log.info)
         if self.dist.is_main:
             distributed.barrier(self.dist)
-        fields = self._data_fields(cfg)
+        fields = self.task.model_fields(self.data)
         if init is not None:  # the model is the initial run's: the data must fit it, not resize it
             differ = {k: v for k, v in fields.items() if k not in ("pixel_mean", "pixel_std")
                       and getattr(cfg.model, k) != v}
@@ -211,22 +192,6 @@ class RunTrainer:
         self.log.info(f"model: {self.cfg.model.family}, {n_params / 1e6:.2f}M parameters, device {self.device}, "
                       f"{precision}{f', {self.dist.world_size} processes' if self.dist.enabled else ''}")
 
-    def _data_fields(self, cfg: RunConfig) -> dict:
-        """The model options the data decides: vocabulary sizes, classes, the image shape and pixel statistics."""
-        task, data = cfg.data.task, self.data
-        if task == "graph":  # no tokens: sizes from the graph
-            return dict(n_features=data.graph.num_features, n_classes=data.graph.num_classes)
-        if task == "image":
-            c, h, w = data.train.shape
-            return dict(n_classes=len(data.labels), image_channels=c, image_height=h, image_width=w,
-                        pixel_mean=data.mean, pixel_std=data.std, src_vocab=0, tgt_vocab=0, pad_id=PAD)
-        if task == "speech":
-            return dict(src_vocab=0, tgt_vocab=data.tok.vocab_size, pad_id=PAD, sample_rate=data.train.sample_rate)
-        tgt_tok = data.tgt_tok if task == "translation" else data.tok
-        src_tok = {"translation": getattr(data, "src_tok", None), "classification": tgt_tok}.get(task)
-        return dict(src_vocab=src_tok.vocab_size if src_tok else 0, tgt_vocab=tgt_tok.vocab_size, pad_id=PAD,
-                    n_classes=len(data.labels) if task == "classification" else 0)
-
     # -- batches ------------------------------------------------------------------------
     def _epoch_batches(self, batches_of_epoch: Callable[[int], list[list[int]]], make_batch):
         """Shuffled batches of training example indices per epoch, resumable: ``make_batch(indices, epoch, index)``."""
@@ -242,110 +207,9 @@ class RunTrainer:
             self.state["epoch"] = epoch
             yield make_batch(indices, epoch, index)
 
-    def _token_batches(self, src_len: list[int], tgt_len: list[int], collate):
-        """Token-budget batches of the training rows, length-bucketed and shuffled per epoch."""
-        t, train = self.cfg.train, self.data.train
-        return self._epoch_batches(
-            lambda epoch: token_budget_batches(src_len, tgt_len, t.max_tokens, shuffle=True, seed=t.seed, epoch=epoch),
-            lambda indices, *_: collate([train[i] for i in indices]))
-
-    def _translation_batches(self):
-        train = self.data.train  # a PairRows: lengths are arrays, rows are read from the memory map per batch
-        return self._token_batches(train.src_lengths(), train.tgt_lengths() + 1, collate_pairs)
-
-    def _classification_batches(self):
-        """(token ids, class id) rows; a row's length counts the CLS vector."""
-        train = self.data.train
-        return self._token_batches([len(ids) + 1 for ids, _ in train], [1] * len(train), collate_labels)
-
-    def _image_batches(self):
-        """``train.batch_size`` images per batch, shuffled per epoch; ``data.augment_shift`` moves each image by a
-        random offset drawn from a generator seeded by (seed, epoch, batch), so a resumed run draws the same."""
-        t, data, shift = self.cfg.train, self.data, self.cfg.data.augment_shift
-        labels = torch.tensor(data.train_ids, dtype=torch.long)
-
-        def make_batch(indices: list[int], epoch: int, index: int):
-            index_t = torch.tensor(indices, dtype=torch.long)
-            images = data.train.images[index_t]
-            if shift:
-                g = torch.Generator().manual_seed((t.seed * 1_000_003 + epoch) * 1_000_003 + index)
-                images = random_shift(images, shift, g)
-            return collate_images(images, labels[index_t])
-
-        return self._epoch_batches(
-            lambda epoch: fixed_size_batches(len(labels), t.batch_size, shuffle=True, seed=t.seed, epoch=epoch),
-            make_batch)
-
-    def _speech_batches(self):
-        """Utterances in ``train.max_tokens`` budgets of encoder frames (or target tokens), length-bucketed and
-        shuffled per epoch; the waveforms are built (joined) when their batch is made."""
-        train, ids, t = self.data.train, self.data.train_ids, self.cfg.train
-        frames = self.model.frontend.utterance_frames(train)
-        return self._epoch_batches(
-            lambda epoch: token_budget_batches(frames, [len(x) + 1 for x in ids], t.max_tokens, shuffle=True,
-                                               seed=t.seed, epoch=epoch),
-            lambda indices, *_: collate_speech([train.wave(i) for i in indices], [ids[i] for i in indices]))
-
-    def _graph_batches(self):
-        """The whole graph, scored on the training nodes, once per epoch (one step = one epoch)."""
-        max_epochs, batch = self.cfg.train.max_epochs, self.data.batch(self.data.graph.train_idx,
-                                                                       self.cfg.model.graph_attention)
-        while max_epochs <= 0 or self.state["data"]["epoch"] < max_epochs:
-            self.state["data"] = {"epoch": self.state["data"]["epoch"] + 1, "batch": 0}
-            self.state["epoch"] = self.state["data"]["epoch"]
-            yield batch
-
-    def _lm_position(self) -> int:
-        """Micro-batches read so far: stored in the checkpoint (a checkpoint from before that: from the step)."""
-        return self.state.get("lm_read", self.state["step"] * self.cfg.train.accum_steps)
-
-    def _lm_batches(self):
-        """nanoGPT-style random windows; the generator is seeded by the batch position, so resuming is exact."""
-        if self.cfg.train.stateful:
-            yield from self._lm_stream_batches()
-            return
-        t, stream = self.cfg.train, self.data.train  # memory-mapped: windows are read where they are drawn
-        batches_per_epoch = max(1, len(stream) // (t.batch_size * self.cfg.data.context * self.dist.world_size))
-        micro = self._lm_position()
-        while True:
-            g = torch.Generator().manual_seed(t.seed * 1_000_003 + micro * self.dist.world_size + self.dist.rank)
-            inputs, targets = lm_random_chunks(stream, self.cfg.data.context, t.batch_size, g)
-            self.state["epoch"] = micro // batches_per_epoch
-            if t.max_epochs > 0 and self.state["epoch"] >= t.max_epochs:
-                return
-            micro += 1
-            self.state["lm_read"] = micro  # batches read, skipped steps' included: where a resumed run reads on
-            yield Batch.from_lm_windows(inputs, targets, pad_id=PAD)
-
-    def _lm_stream_batches(self):
-        """Consecutive windows of B text rows per process (``train.stateful``); the carried state resets each epoch.
-
-        The window follows from the batch position, so a resumed run reads on where it stopped;
-        its carried state restarts from zero there (the state is not checkpointed).
-        """
-        t, context, b = self.cfg.train, self.cfg.data.context, self.cfg.train.batch_size
-        rank, world = self.dist.rank, self.dist.world_size
-        rows = lm_stream_rows(self.data.train, b * world)[rank * b: (rank + 1) * b]
-        per_epoch = (rows.shape[1] - 1) // context
-        if per_epoch < 1:
-            raise TrainingError(f"the training stream is too short for {b * world} rows of data.context={context} "
-                                "tokens; lower train.batch_size or data.context")
-        micro = self._lm_position()
-        while True:
-            epoch, index = divmod(micro, per_epoch)
-            self.state["epoch"] = epoch
-            if t.max_epochs > 0 and epoch >= t.max_epochs:
-                return
-            if index == 0:
-                self.carry.reset()
-            micro += 1
-            self.state["lm_read"] = micro
-            yield Batch.from_lm_windows(*lm_stream_window(rows, context, index), pad_id=PAD)
-
     def run(self) -> dict:
-        batches = {"lm": self._lm_batches, "translation": self._translation_batches,
-                   "classification": self._classification_batches, "image": self._image_batches,
-                   "graph": self._graph_batches, "speech": self._speech_batches}[self.cfg.data.task]()
+        batches = self.task.batches(TrainingContext(self.cfg, self.data, self.model, self.dist, self.state,
+                                                    self.carry, self._epoch_batches))
         result = self.trainer.run(batches, validate=self._validate_and_save)
         if result["interrupted"]:  # Ctrl-C: keep the last step (unranked) unless its validation saved it
             latest = self.checkpoints.latest()

@@ -12,12 +12,13 @@ from __future__ import annotations
 import torch
 
 from seqmap import metrics as mt
-from seqmap.config import CLASSIFICATION_TASKS, DataConfig, RunConfig
+from seqmap.config import DataConfig, RunConfig
 from seqmap.data.batching import Batch, collate_images, collate_labels, collate_pairs, collate_speech
 from seqmap.data.samplers import fixed_size_batches, lm_chunks, token_budget_batches
 from seqmap.data.tokenizers import PAD
 from seqmap.decoding.speech import transcribe
 from seqmap.decoding.text import translate_ids
+from seqmap.tasks.registry import TASKS
 from seqmap.training.loss import label_nll, label_smoothed_nll
 
 
@@ -128,7 +129,7 @@ def validate(model, data, cfg: RunConfig, device, log) -> dict:
     was_training = model.training
     model.eval()
     try:
-        if cfg.data.task in CLASSIFICATION_TASKS:
+        if TASKS[cfg.data.task].labelled:
             if cfg.data.task == "graph":
                 out = graph_metrics(model, data, data.graph.val_idx, cfg.model.graph_attention, device)
                 del out["logits"]

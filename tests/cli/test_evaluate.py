@@ -200,10 +200,11 @@ def test_split_val_scores_the_pairs_training_validated_on(runs, capsys):
     """data.valid_size=3 holds out the last 3 training pairs; training dropped the empty and the over-long one
     (data.max_len=32) and validated on the one left, which --split val scored beside the two dropped ones."""
     from seqmap.runs import load_run
+    from seqmap.tasks.translation import split_texts
 
     run = load_run(runs["held_out"], pack=False)
-    assert seqmap.evaluation.split_texts(run, "val") == (["four"], ["a summary"])
-    train = seqmap.evaluation.split_texts(run, "train")
+    assert split_texts(run, "val") == (["four"], ["a summary"])
+    train = split_texts(run, "train")
     assert train == ([row.split("\t")[0] for row in TRAIN], [row.split("\t")[1] for row in TRAIN])
     assert main(["evaluate", str(runs["held_out"]), "--split", "val"]) == 0
     assert f"1 hypotheses written to {runs['held_out'] / 'eval' / 'val.hyp'}" in capsys.readouterr().out

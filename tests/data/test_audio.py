@@ -17,7 +17,7 @@ from seqmap.data.audio import join, read_audio_bytes, read_npz, read_recordings,
 from seqmap.data.corpus import DataError  # noqa: E402
 from seqmap.data.dataset_files import DatasetError, npz_arrays_sha256  # noqa: E402
 from seqmap.data.fsdd import FSDD_ARRAYS_SHA256, build_npz  # noqa: E402
-from seqmap.data.pipeline import speech_split  # noqa: E402
+from seqmap.tasks.speech import speech_split  # noqa: E402
 
 
 def wav_bytes(samples: np.ndarray, rate: int = 8000, channels: int = 1) -> bytes:

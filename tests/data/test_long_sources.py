@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from seqmap.config import ConfigError, DataConfig, ModelConfig, RunConfig
-from seqmap.data.pipeline import load_translation, truncate_source
+from seqmap.data.pipeline import truncate_source
 from seqmap.decoding.text import translate_texts
 from seqmap.models.builder import build_model
+from seqmap.tasks.translation import load_translation
 
 
 def _files(tmp_path):

@@ -6,8 +6,9 @@ import pytest
 
 from seqmap.config import ConfigError, DataConfig, RunConfig, from_dict
 from seqmap.data.normalize import IDENTITY, NormalizerError, TextNormalizer
-from seqmap.data.pipeline import normalizer_for, read_translation_texts, tokenizers_for
+from seqmap.data.pipeline import normalizer_for, tokenizers_for
 from seqmap.data.tokenizers import UNK, UNK_SURFACE, TokenizerError, load_tokenizer, train_tokenizer
+from seqmap.tasks.translation import read_translation_texts
 
 TRADITIONAL = "這個問題很難。我們說過了嗎？"
 SIMPLIFIED = "这个问题很难。我们说过了吗？"

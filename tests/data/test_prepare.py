@@ -13,9 +13,10 @@ import pytest
 from seqmap.config import DataConfig
 from seqmap.data import prepare as prep
 from seqmap.data.corpus import DataError, filter_pairs, read_tsv
-from seqmap.data.pipeline import lm_stream, load_lm, load_translation
 from seqmap.data.token_store import StoreWriter, TokenStore
 from seqmap.data.tokenizers import train_tokenizer
+from seqmap.tasks.lm import lm_stream, load_lm
+from seqmap.tasks.translation import load_translation
 
 WORDS = "the a dog cat sat ran on in mat hat big small red blue".split()
 

@@ -12,17 +12,11 @@ import yaml
 from seqmap.cli import main
 from seqmap.config import ConfigError, DataConfig
 from seqmap.data.corpus import DataError
-from seqmap.data.pipeline import (
-    classification_train_rows,
-    load_classification,
-    load_lm,
-    load_translation,
-    read_classification_texts,
-    read_lm_texts,
-    read_translation_texts,
-    speech_split,
-)
 from seqmap.data.tokenizer_base import UNK
+from seqmap.tasks.classification import classification_train_rows, load_classification, read_classification_texts
+from seqmap.tasks.lm import load_lm, read_lm_texts
+from seqmap.tasks.speech import speech_split
+from seqmap.tasks.translation import load_translation, read_translation_texts
 
 PAIRS = [("a b", "x y"), ("b c", "y z"), ("c a", "z x"), ("a c", "x z"), ("zebra a", "okapi x"), ("b zebra", "y okapi")]
 

@@ -1,0 +1,45 @@
+"""Node classification on one graph (a GAT): the whole graph is one batch, scored on a split's nodes; one
+training step is one epoch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from seqmap.config import DataConfig
+from seqmap.data.corpus import DataError
+from seqmap.data.graphs import GraphData, load_planetoid
+from seqmap.tasks.base import Task, TrainingContext
+
+
+def load_graph(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> GraphData:
+    """``data.train``: a graph .npz (or cora, citeseer: data/planetoid/NAME.npz), row-normalised, self-loops added."""
+    g = load_planetoid(cfg.train)
+    log(f"graph {g.name}: {g.num_nodes} nodes, {g.num_edges} edges (self-loops included), {g.num_features} "
+        f"features, {g.num_classes} classes; train / val / test nodes {g.train_idx.numel()} / "
+        f"{g.val_idx.numel()} / {g.test_idx.numel()}")
+    if g.val_idx.numel() == 0:
+        raise DataError(f"{cfg.train}: val_idx is empty; list the validation nodes (validation picks the checkpoint)")
+    return GraphData(g)
+
+
+class GraphTask(Task):
+    name = "graph"
+
+    def load(self, cfg, run_dir, log=print):
+        return load_graph(cfg, run_dir, log)
+
+    def model_fields(self, data: GraphData) -> dict:
+        return dict(n_features=data.graph.num_features, n_classes=data.graph.num_classes)  # no tokens
+
+    def batches(self, ctx: TrainingContext):
+        """The whole graph, scored on the training nodes, once per epoch (one step = one epoch)."""
+        max_epochs, batch = ctx.cfg.train.max_epochs, ctx.data.batch(ctx.data.graph.train_idx,
+                                                                     ctx.cfg.model.graph_attention)
+        while max_epochs <= 0 or ctx.state["data"]["epoch"] < max_epochs:
+            ctx.state["data"] = {"epoch": ctx.state["data"]["epoch"] + 1, "batch": 0}
+            ctx.state["epoch"] = ctx.state["data"]["epoch"]
+            yield batch
+
+
+TASK = GraphTask()
