@@ -19,14 +19,13 @@ and call it; they do not branch on its name. To add a task: write ``seqmap/tasks
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from seqmap.tasks.base import Task
 
 
-def get(name: str) -> Task:
-    """The ``Task`` of ``data.task`` = ``name`` (its module is imported on first use)."""
+def get(name: str):
+    """The ``Task`` (``seqmap.tasks.base``) of ``data.task`` = ``name``; its module is imported on first use.
+
+    Not annotated: this package's ``__init__`` is imported with ``registry`` (by the config), so it imports
+    nothing from the task modules, not even for type checking."""
     from seqmap.tasks.registry import TASKS
 
     return importlib.import_module(f"seqmap.tasks.{TASKS[name].module}").TASK
