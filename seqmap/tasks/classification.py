@@ -22,6 +22,7 @@ from seqmap.data.pipeline import (
 )
 from seqmap.data.tokenizers import PAD, Tokenizer
 from seqmap.tasks.base import Task, token_batches
+from seqmap.training.validate import classification_metrics, evaluating, log_label_scores
 
 
 @dataclass
@@ -93,6 +94,13 @@ class ClassificationTask(Task):
         """(token ids, class id) rows; a row's length counts the CLS vector."""
         train = ctx.data.train
         return token_batches(ctx, [len(ids) + 1 for ids, _ in train], [1] * len(train), collate_labels)
+
+    def validate(self, model, data: ClassificationData, cfg, device, log):
+        """loss, accuracy and macro-F1 of the validation rows."""
+        with evaluating(model):
+            out = classification_metrics(model, data.valid, len(data.labels), cfg.train.max_tokens, device)
+            log_label_scores(out, log)
+        return out
 
 
 TASK = ClassificationTask()

@@ -18,6 +18,7 @@ from seqmap.data.pipeline import held_out_count, log_held_out, run_labels, valid
 from seqmap.data.samplers import fixed_size_batches
 from seqmap.data.tokenizers import PAD
 from seqmap.tasks.base import Task, TrainingContext
+from seqmap.training.validate import evaluating, image_metrics, log_label_scores
 
 
 @dataclass
@@ -97,6 +98,14 @@ class ImageTask(Task):
         return ctx.epoch_batches(
             lambda epoch: fixed_size_batches(len(labels), t.batch_size, shuffle=True, seed=t.seed, epoch=epoch),
             make_batch)
+
+    def validate(self, model, data: ImageData, cfg, device, log):
+        """loss, accuracy and macro-F1 of the validation images."""
+        with evaluating(model):
+            out = image_metrics(model, data.valid.images, data.valid_ids, len(data.labels), cfg.train.batch_size,
+                                device)
+            log_label_scores(out, log)
+        return out
 
 
 TASK = ImageTask()
