@@ -77,6 +77,11 @@ class Task:
         line; the model is in eval mode meanwhile and back in its own mode after."""
         raise NotImplementedError
 
+    def test(self, trainer) -> dict | None:
+        """The best checkpoint of a finished run (``trainer``: a ``RunTrainer``) scored on the config's test
+        split, logged and written to metrics.jsonl as a ``test`` event; None when the config names none."""
+        raise NotImplementedError
+
 
 STATEFUL = ("train.stateful=true carries a recurrent state across batches: it needs data.task=lm and "
             "model.family=rnn_lm")

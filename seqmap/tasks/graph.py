@@ -50,5 +50,19 @@ class GraphTask(Task):
             log_label_scores(out, log)
         return out
 
+    def test(self, trainer):
+        """Loss, accuracy and macro-F1 of the best checkpoint on the graph's test nodes (None when it has none)."""
+        data, log = trainer.data, trainer.log
+        if data.graph.test_idx.numel() == 0:
+            return None
+        best = trainer.load_best()
+        result = graph_metrics(trainer.model.eval(), data, data.graph.test_idx, trainer.cfg.model.graph_attention,
+                               trainer.device)
+        del result["logits"]
+        log.metrics("test", trainer.state["step"], **result)
+        log.info(f"test ({result['examples']} nodes, {best.name}): accuracy {result['accuracy']:.2f} macro-F1 "
+                 f"{result['macro_f1']:.2f} loss {result['loss']:.4f}")
+        return result
+
 
 TASK = GraphTask()

@@ -107,5 +107,19 @@ class ImageTask(Task):
             log_label_scores(out, log)
         return out
 
+    def test(self, trainer):
+        """Loss, accuracy and macro-F1 of the best checkpoint on the test images (``data.test``)."""
+        cfg, data, log = trainer.cfg, trainer.data, trainer.log
+        if data.test is None:
+            return None
+        best = trainer.load_best()
+        labels = [data.labels.encode(v, where="data.test") for v in data.test.labels]
+        result = image_metrics(trainer.model.eval(), data.test.images, labels, len(data.labels),
+                               cfg.train.batch_size, trainer.device)
+        log.metrics("test", trainer.state["step"], **result)
+        log.info(f"test ({len(labels)} images, {best.name}): accuracy {result['accuracy']:.2f} macro-F1 "
+                 f"{result['macro_f1']:.2f} loss {result['loss']:.4f}")
+        return result
+
 
 TASK = ImageTask()

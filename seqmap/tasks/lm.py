@@ -33,6 +33,7 @@ from seqmap.data.pipeline import (
 from seqmap.data.prepare import Source, prepare
 from seqmap.data.samplers import lm_random_chunks, lm_stream_rows, lm_stream_window
 from seqmap.data.tokenizers import EOS, PAD, Tokenizer
+from seqmap.evaluation import lm_scores
 from seqmap.runs import LoadedRun
 from seqmap.tasks.base import DECODED, STATEFUL, Task, TrainingContext, own_split
 from seqmap.training.trainer import TrainingError
@@ -212,6 +213,18 @@ class LMTask(Task):
             out = token_scores(*summed_nll(model, batches, device))
         log_token_scores(out, log)
         return out
+
+    def test(self, trainer):
+        """Loss and perplexity of the test text, in the windows validation scores."""
+        test = trainer.data.test
+        if not test:
+            return None
+        best = trainer.load_best()
+        result = lm_scores(trainer.model, test, trainer.cfg, trainer.device)
+        trainer.log.metrics("test", trainer.state["step"], **result)
+        trainer.log.info(f"test ({result['tokens']} tokens, {best.name}): loss {result['loss']:.4f} "
+                         f"ppl {result['ppl']:.2f}")
+        return result
 
     def batches(self, ctx: TrainingContext):
         """nanoGPT-style random windows; the generator is seeded by the batch position, so resuming is exact."""

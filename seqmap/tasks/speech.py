@@ -18,6 +18,7 @@ from seqmap.data.samplers import token_budget_batches
 from seqmap.data.tokenizers import PAD, Tokenizer
 from seqmap.decoding.speech import transcribe
 from seqmap.runs import LoadedRun
+from seqmap.speech_evaluation import evaluate_utterances, speaker_table
 from seqmap.tasks.base import Task, TrainingContext
 from seqmap.training.validate import evaluating, greedy_note, log_token_scores, speech_batches, summed_nll, token_scores
 
@@ -125,6 +126,22 @@ class SpeechTask(Task):
             out.update(_transcribe_and_score(model, data, cfg, device, log))
         log_token_scores(out, log, greedy_note(cfg, "WER", "transcribe"))
         return out
+
+    def test(self, trainer):
+        """The best checkpoint on the run's test utterances (transcripts in RUN_DIR/test.hyp), logged per speaker."""
+        cfg, data, log = trainer.cfg, trainer.data, trainer.log
+        if data.test is None:
+            return None
+        best = trainer.load_best()
+        run = LoadedRun(cfg, trainer.model.eval(), None, data.tok, best, trainer.device)
+        out = trainer.run_dir / "test.hyp"
+        result = evaluate_utterances(run, data.test, out=out)
+        log.metrics("test", trainer.state["step"], **{k: v for k, v in result.items() if k != "speakers"})
+        log.info(f"test ({result['utterances']} utterances, {result['words']} words, {best.name}, beam "
+                 f"{result['beam_size']}): WER {result['wer']:.2f}, string accuracy {result['string_accuracy']:.2f}\n"
+                 + "\n".join(speaker_table(result, tuple(cfg.data.exclude_speakers))))
+        log.info(f"  transcripts in {out}")
+        return result
 
 
 def _transcribe_and_score(model, data: SpeechData, cfg: RunConfig, device, log) -> dict:

@@ -38,6 +38,7 @@ from seqmap.data.pipeline import (
 from seqmap.data.prepare import PairRows, Source, encode_blank_empty, filter_store, prepare
 from seqmap.data.tokenizers import PAD, Tokenizer
 from seqmap.decoding.text import translate_ids
+from seqmap.evaluation import evaluate_pairs
 from seqmap.models.lead import median_words
 from seqmap.runs import LoadedRun
 from seqmap.tasks.base import DECODED, Task, own_split, token_batches
@@ -249,6 +250,27 @@ class TranslationTask(Task):
                 out.update(_decode_and_score(model, data, cfg, device, log))
         log_token_scores(out, log, greedy_note(cfg, "BLEU", "translate") if "bleu" in out else "")
         return out
+
+    def test(self, trainer):
+        """Decoded with the run's decode config and scored as by ``evaluate_pairs`` (hypotheses in
+        ``RUN_DIR/test.hyp``)."""
+        cfg, data, log = trainer.cfg, trainer.data, trainer.log
+        test = data.test_text
+        if not test:
+            return None
+        best = trainer.load_best()
+        step = trainer.state["step"]
+        out = trainer.run_dir / "test.hyp"
+        run = LoadedRun(cfg, trainer.model.eval(), data.src_tok, data.tgt_tok, best, trainer.device)
+        result = evaluate_pairs(run, [s for s, _ in test], [t for _, t in test], out=out)
+        log.metrics("test", step, **result)
+        rouge = (f" ROUGE-1/2/L {result['rouge1']:.2f} / {result['rouge2']:.2f} / {result['rougeL']:.2f}"
+                 if "rougeL" in result else "")
+        log.info(f"test ({len(test)} sentences, {best.name}): BLEU {result['bleu']:.2f} chrF "
+                 f"{result['chrf']:.2f} TER {result['ter']:.2f} ppl {result['ppl']:.2f}{rouge}")
+        log.info(f"  {result['bleu_signature']}")
+        log.info(f"  hypotheses in {out}")
+        return result
 
 
 def _decode_and_score(model, data: TranslationData, cfg: RunConfig, device, log) -> dict:

@@ -9,6 +9,7 @@ import pytest
 from seqmap import tasks
 from seqmap.config import DataConfig
 from seqmap.data.corpus import DataError
+from seqmap.evaluation import evaluate_test_split
 from seqmap.tasks.base import Task, own_split
 from seqmap.tasks.registry import TASKS
 from seqmap.training.trainer import TrainingError
@@ -20,7 +21,7 @@ def test_every_registered_task_has_its_module(name):
     task = tasks.get(name)
     assert isinstance(task, Task) and task.name == name and task.info is TASKS[name]
     # each task overrides the protocol, none inherits a stub
-    for method in ("load", "model_fields", "batches", "validate"):
+    for method in ("load", "model_fields", "batches", "validate", "test"):
         assert getattr(type(task), method) is not getattr(Task, method), method
 
 
@@ -96,3 +97,8 @@ def test_the_validation_line_hides_signatures_and_says_when_decoding_was_greedy(
         "tokens 12345, bleu 20",
         "validation: loss 1.235, ppl 3.4, tokens 12345, bleu 20",
         "validation: loss 0.5, accuracy 91.25, examples 1.234e+04"]
+
+
+def test_the_test_split_is_scored_by_the_run_s_task():
+    trainer = SimpleNamespace(task=SimpleNamespace(test=lambda trainer: {"scored by the task": trainer}))
+    assert evaluate_test_split(trainer) == {"scored by the task": trainer}
