@@ -19,7 +19,6 @@ within a sentence.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -36,17 +35,15 @@ from seqmap.data.pipeline import Pairs, classification_ids, truncate_source
 from seqmap.decoding.text import Scored, translate_texts
 from seqmap.models.lead import BASELINE_NAME as LEAD_NAME
 from seqmap.models.lead import lead
-from seqmap.models.tfidf import BASELINE_NAME, MissingBaselineDependency, TfidfLogReg
+from seqmap.models.tfidf import BASELINE_NAME, TfidfLogReg
 from seqmap.runs import LoadedRun
 from seqmap.training.validate import (
-    classification_metrics,
     classification_scores,
     classify_batches,
     classify_rows,
     eval_context,
     graph_metrics,
     image_batches,
-    image_metrics,
     lm_batches,
     summed_nll,
     translation_batches,
@@ -260,45 +257,10 @@ def lm_scores(model, stream: list[int], cfg: RunConfig, device) -> dict:
 
 
 def evaluate_test_split(trainer) -> dict | None:
-    """Score the best checkpoint of a finished training run on its test split, and log the result.
-
-    Translation: decoded with the run's decode config and scored as by ``evaluate_pairs`` (hypotheses
-    in ``RUN_DIR/test.hyp``); a language model: loss and perplexity of the test text. None when the
-    config names no test data. ``seqmap train`` passes this to ``seqmap.training.run_trainer.train``.
-    """
-    cfg, data, log = trainer.cfg, trainer.data, trainer.log
-    if cfg.data.task == "classification":
-        return _classification_test(trainer)
-    if cfg.data.task == "image":
-        return _image_test(trainer)
-    if cfg.data.task == "graph":
-        return _graph_test(trainer)
-    if cfg.data.task == "speech":
-        from seqmap.speech_evaluation import speech_test
-
-        return speech_test(trainer)
-    lm = cfg.data.task == "lm"
-    test = data.test if lm else data.test_text
-    if not test:
-        return None
-    best = trainer.load_best()
-    step = trainer.state["step"]
-    if lm:
-        result = lm_scores(trainer.model, test, cfg, trainer.device)
-        log.metrics("test", step, **result)
-        log.info(f"test ({result['tokens']} tokens, {best.name}): loss {result['loss']:.4f} ppl {result['ppl']:.2f}")
-        return result
-    out = trainer.run_dir / "test.hyp"
-    run = LoadedRun(cfg, trainer.model.eval(), data.src_tok, data.tgt_tok, best, trainer.device)
-    result = evaluate_pairs(run, [s for s, _ in test], [t for _, t in test], out=out)
-    log.metrics("test", step, **result)
-    rouge = (f" ROUGE-1/2/L {result['rouge1']:.2f} / {result['rouge2']:.2f} / {result['rougeL']:.2f}"
-             if "rougeL" in result else "")
-    log.info(f"test ({len(test)} sentences, {best.name}): BLEU {result['bleu']:.2f} chrF "
-             f"{result['chrf']:.2f} TER {result['ter']:.2f} ppl {result['ppl']:.2f}{rouge}")
-    log.info(f"  {result['bleu_signature']}")
-    log.info(f"  hypotheses in {out}")
-    return result
+    """Score the best checkpoint of a finished training run on its test split, and log the result (its task's
+    ``test``: ``seqmap.tasks``). None when the config names no test data. ``seqmap train`` passes this to
+    ``seqmap.training.run_trainer.train``."""
+    return trainer.task.test(trainer)
 
 
 def baseline_scores(train: Pairs, test: Pairs, labels: LabelSet) -> dict:
@@ -323,69 +285,6 @@ def comparison_table(model: dict, baseline: dict | None, model_name: str = "clas
     if baseline is not None:
         lines.append(f"  {baseline['model']:24s} {baseline['accuracy']:9.2f} {baseline['macro_f1']:9.2f}")
     return lines
-
-
-def _classification_test(trainer) -> dict | None:
-    """Loss, accuracy and macro-F1 of the best checkpoint on every test row, beside the TF-IDF baseline's.
-
-    The baseline (``result["baseline"]``, and a ``test_baseline`` event in metrics.jsonl) is fitted on
-    the training rows the model learnt from and scored on the same test rows; without scikit-learn the
-    log says how to install it and the model's scores stand alone.
-    """
-    cfg, data, log = trainer.cfg, trainer.data, trainer.log
-    if not data.test_text:
-        return None
-    best = trainer.load_best()
-    rows = [(classification_ids(data.tok, text, cfg.data.max_len), data.labels.encode(label, where="data.test"))
-            for text, label in data.test_text]
-    result = classification_metrics(trainer.model.eval(), rows, len(data.labels), cfg.train.max_tokens,
-                                    trainer.device)
-    step = trainer.state["step"]
-    log.metrics("test", step, **result)
-    log.info(f"test ({len(rows)} texts, {best.name}): accuracy {result['accuracy']:.2f} macro-F1 "
-             f"{result['macro_f1']:.2f} loss {result['loss']:.4f}")
-    log.info(f"fitting the TF-IDF baseline on the same {len(data.train_text)} training texts, for comparison "
-             f"(minutes on tens of thousands of texts; the model's scores above are final)")
-    started = time.perf_counter()
-    try:
-        baseline = baseline_scores(data.train_text, data.test_text, data.labels)
-    except MissingBaselineDependency as e:
-        log.info(f"no baseline: {e}")
-        return result
-    log.info(f"baseline fitted and scored in {time.perf_counter() - started:.0f} s")
-    log.metrics("test_baseline", step, **baseline)
-    log.info(f"test, the same {len(rows)} texts:\n" + "\n".join(comparison_table(result, baseline)))
-    return {**result, "baseline": baseline}
-
-
-def _image_test(trainer) -> dict | None:
-    """Loss, accuracy and macro-F1 of the best checkpoint on the test images (``data.test``)."""
-    cfg, data, log = trainer.cfg, trainer.data, trainer.log
-    if data.test is None:
-        return None
-    best = trainer.load_best()
-    labels = [data.labels.encode(v, where="data.test") for v in data.test.labels]
-    result = image_metrics(trainer.model.eval(), data.test.images, labels, len(data.labels), cfg.train.batch_size,
-                           trainer.device)
-    log.metrics("test", trainer.state["step"], **result)
-    log.info(f"test ({len(labels)} images, {best.name}): accuracy {result['accuracy']:.2f} macro-F1 "
-             f"{result['macro_f1']:.2f} loss {result['loss']:.4f}")
-    return result
-
-
-def _graph_test(trainer) -> dict | None:
-    """Loss, accuracy and macro-F1 of the best checkpoint on the graph's test nodes (None when it has none)."""
-    data, log = trainer.data, trainer.log
-    if data.graph.test_idx.numel() == 0:
-        return None
-    best = trainer.load_best()
-    result = graph_metrics(trainer.model.eval(), data, data.graph.test_idx, trainer.cfg.model.graph_attention,
-                           trainer.device)
-    del result["logits"]
-    log.metrics("test", trainer.state["step"], **result)
-    log.info(f"test ({result['examples']} nodes, {best.name}): accuracy {result['accuracy']:.2f} macro-F1 "
-             f"{result['macro_f1']:.2f} loss {result['loss']:.4f}")
-    return result
 
 
 def evaluate_images(run: LoadedRun, path: str | Path, *, batch_size: int = 256) -> dict:

@@ -55,19 +55,3 @@ def speaker_table(result: dict, unseen: tuple[str, ...] = ()) -> list[str]:
     lines.append(f"  {'all':<12} {result['wer']:6.2f} {result['string_accuracy']:7.2f}% {result['words']:6d}")
     return lines
 
-
-def speech_test(trainer) -> dict | None:
-    """The best checkpoint on the run's test utterances (transcripts in RUN_DIR/test.hyp), logged per speaker."""
-    cfg, data, log = trainer.cfg, trainer.data, trainer.log
-    if data.test is None:
-        return None
-    best = trainer.load_best()
-    run = LoadedRun(cfg, trainer.model.eval(), None, data.tok, best, trainer.device)
-    out = trainer.run_dir / "test.hyp"
-    result = evaluate_utterances(run, data.test, out=out)
-    log.metrics("test", trainer.state["step"], **{k: v for k, v in result.items() if k != "speakers"})
-    log.info(f"test ({result['utterances']} utterances, {result['words']} words, {best.name}, beam "
-             f"{result['beam_size']}): WER {result['wer']:.2f}, string accuracy {result['string_accuracy']:.2f}\n"
-             + "\n".join(speaker_table(result, tuple(cfg.data.exclude_speakers))))
-    log.info(f"  transcripts in {out}")
-    return result

@@ -93,6 +93,16 @@ def load(args: argparse.Namespace, task: str | tuple[str, ...] | None = None):
     return run
 
 
+def refuse_unless(args: argparse.Namespace, run, verb: str) -> None:
+    """A ``UserError`` ("RUN_DIR is a classifier; use `seqmap classify` instead") when ``seqmap VERB`` does not
+    take the run's task (the registry's ``verbs`` and ``refusal``)."""
+    from seqmap.tasks.registry import TASKS
+
+    info = TASKS[run.cfg.data.task]
+    if verb not in info.verbs:
+        raise UserError(f"{args.run_dir} is {info.refusal}")
+
+
 def note_where_trained(run) -> None:
     """One line on stderr when ``run`` was trained on another CPU kind, kernels, torch or device than this machine
     (its scores may differ in the last digits), or when its provenance file is damaged (``seqmap.provenance``)."""

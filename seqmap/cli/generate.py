@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from seqmap.cli.common import UserError, check_text, decode_config, load, run_parser
+from seqmap.cli.common import check_text, decode_config, load, refuse_unless, run_parser
 from seqmap.cli.ct2 import ct2_generate
 
 
@@ -28,12 +28,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from seqmap.decoding.text import continuation, generate_texts, lm_prompt
 
     run = load(args)
-    if run.cfg.data.task in ("classification", "image"):
-        raise UserError(f"{args.run_dir} is a classifier; use `seqmap classify` instead")
-    if run.cfg.data.task == "graph":
-        raise UserError(f"{args.run_dir} is a graph (GAT) run; use `seqmap evaluate` or `seqmap plot attention --node`")
-    if run.src_tok is not None:
-        raise UserError(f"{args.run_dir} is a translation model; use `seqmap translate` instead")
+    refuse_unless(args, run, "generate")
     check_text(args.prompt, "--prompt")
     decode = decode_config(run, args)
     if args.ct2 is not None:

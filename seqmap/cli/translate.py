@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from seqmap.cli.common import UserError, check_text, decode_config, load, run_parser
+from seqmap.cli.common import UserError, check_text, decode_config, load, refuse_unless, run_parser
 from seqmap.cli.ct2 import ct2_decoder, refuse_with_ct2
 
 
@@ -38,14 +38,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     from seqmap.decoding.text import source_ids, translate_nbest
 
     run = load(args)
-    if run.cfg.data.task in ("classification", "image"):
-        raise UserError(f"{args.run_dir} is a classifier; use `seqmap classify` instead")
-    if run.cfg.data.task == "graph":
-        raise UserError(f"{args.run_dir} is a graph (GAT) run; use `seqmap evaluate` or `seqmap plot attention --node`")
-    if run.cfg.data.task == "speech":
-        raise UserError(f"{args.run_dir} is a speech run; use `seqmap transcribe / evaluate` instead")
-    if run.src_tok is None:
-        raise UserError(f"{args.run_dir} is a language model; use `seqmap generate` instead")
+    refuse_unless(args, run, "translate")
     texts = _read_inputs(args)
     if args.align:
         _check_align(run, args.align_layer)

@@ -125,6 +125,7 @@ def _build(args: argparse.Namespace):
     from seqmap.runs import load_run
     from seqmap.serve.app import create_app
     from seqmap.serve.schemas import Limits
+    from seqmap.tasks.registry import TASKS
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -144,10 +145,10 @@ def _build(args: argparse.Namespace):
         except HubError as e:
             raise ServeError(str(e)) from None
     run = load_run(args.run_dir, args.checkpoint, device, quantize=args.quantize, precision=args.precision)
-    if run.cfg.data.task == "graph":
-        raise ServeError(f"{args.run_dir} is a graph (GAT) run; the server translates, generates and classifies "
-                         "texts and images, and transcribes audio (use `seqmap evaluate` or "
-                         "`seqmap plot attention --node`)")
+    info = TASKS[run.cfg.data.task]
+    if info.endpoint is None:  # refusal: "a graph (GAT) run; use ..."
+        raise ServeError(f"{args.run_dir} is {info.one}; the server translates, generates and classifies texts "
+                         f"and images, and transcribes audio ({info.refusal.removeprefix(info.one + '; ')})")
     ct2, decoder = _ct2_export(args, run)
     limits = Limits(max_chars=args.max_chars, max_texts=args.max_texts, max_beam=args.max_beam,
                     max_new_tokens=args.max_new_tokens, max_attention_weights=args.max_attention,

@@ -131,8 +131,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
     @app.post("/translate", response_model=TranslateResponse, responses=ERRORS)
     async def translate(req: TranslateRequest, request: Request) -> JSONResponse:
         """Translate one text or a list; beam search and n-best on request, attention of each best translation."""
-        if engine.task != "translation":
-            raise _wrong_route(engine.task)
+        _check_route(engine.task, "/translate")
         texts = check_translate(req, limits, engine.decode.beam_size)
         engine.check_positions(texts)
         if req.attention and not engine.has_attention:
@@ -148,8 +147,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
     @app.post("/generate", response_model=GenerateResponse, responses=ERRORS)
     async def generate(req: GenerateRequest, request: Request) -> JSONResponse:
         """Continue a prompt with a language model (sampling with a seed, or greedy)."""
-        if engine.task != "lm":
-            raise _wrong_route(engine.task)
+        _check_route(engine.task, "/generate")
         check_generate(req, limits)
         if req.attention and not engine.has_attention:
             raise RequestError("this model returns no attention; send attention=false", "attention", 409)
@@ -166,8 +164,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
     @app.post("/classify", response_model=ClassifyResponse, responses=ERRORS)
     async def classify(req: ClassifyRequest, request: Request) -> JSONResponse:
         """Classify texts (a text classifier) or base64 image files (an image classifier); top classes, attention."""
-        if engine.task not in ("classification", "image"):
-            raise _wrong_route(engine.task)
+        _check_route(engine.task, "/classify")
         job = engine.inputs(req)
         batcher.start()
         results = await _unless_gone(request, batcher.submit(CLASSIFY_KEY, job, size=len(job.inputs)))
@@ -176,8 +173,7 @@ def create_app(run: LoadedRun, *, limits: Limits | None = None, max_batch: int =
     @app.post("/transcribe", response_model=TranscribeResponse, responses=ERRORS)
     async def transcribe(req: TranscribeRequest, request: Request) -> JSONResponse:
         """Transcribe base64 audio files with a speech model; cross-attention over the spectrogram on request."""
-        if engine.task != "speech":
-            raise _wrong_route(engine.task)
+        _check_route(engine.task, "/transcribe")
         job = engine.inputs(req)
         batcher.start()
         results = await _unless_gone(request, batcher.submit(engine.transcribe_key(req), job, size=len(job.waves)))
@@ -209,17 +205,16 @@ def _add_docs(app: FastAPI) -> None:
 
 
 def _engine(run: LoadedRun, limits: Limits, ct2=None, decoder: str = "seqmap"):
-    """The engine for the run's task: classifiers, speech models, or translation models and LMs."""
-    if run.cfg.data.task in ("classification", "image"):
-        return ClassifierEngine(run, limits)
-    if run.cfg.data.task == "speech":
-        return SpeechEngine(run, limits)
-    return Engine(run, limits, ct2, decoder)
+    """The engine for the run's task, by its route: classifiers, speech models, or translation models and LMs."""
+    engine = {"/classify": ClassifierEngine, "/transcribe": SpeechEngine}.get(TASKS[run.cfg.data.task].endpoint)
+    return Engine(run, limits, ct2, decoder) if engine is None else engine(run, limits)
 
 
-def _wrong_route(task: str) -> RequestError:
+def _check_route(task: str, route: str) -> None:
+    """A 409 naming what the server holds and the route to send it when ``route`` is not the task's own."""
     info = TASKS[task]
-    return RequestError(f"this server holds {info.holds}; {info.request} instead", None, 409)
+    if info.endpoint != route:
+        raise RequestError(f"this server holds {info.holds}; {info.request} instead", None, 409)
 
 
 DISCONNECT_POLL_S = 0.1  # how often a waiting request checks whether its client is still there

@@ -2,8 +2,8 @@
 
 The trainer (``seqmap.training.run_trainer``), evaluation, the command line and the server call a task's
 methods and never branch on its name. A task reads and prepares its data (``load``), says which model
-options that data decides (``model_fields``), streams resumable training batches (``batches``), and
-(the rest of the protocol) checks its training options, validates and scores its test split.
+options that data decides (``model_fields``), streams resumable training batches (``batches``), checks
+its training options (``check_trainable``), validates (``validate``) and scores its test split.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from seqmap.data.samplers import token_budget_batches
 from seqmap.tasks.registry import TASKS, TaskInfo
 from seqmap.training.carry import CarriedState
 from seqmap.training.distributed import Dist
+from seqmap.training.trainer import TrainingError
 
 Log = Callable[[str], None]
 EpochBatches = Callable[[Callable[[int], list[list[int]]], Callable[[list[int], int, int], Batch]], Iterator[Batch]]
@@ -64,6 +65,27 @@ class Task:
         """The training batches, endless unless ``train.max_epochs`` ends them; resumable from ``ctx.state``
         with the same order and random draws as an uninterrupted run."""
         raise NotImplementedError
+
+    def check_trainable(self, cfg: RunConfig) -> None:
+        """Before the data is read: a ``TrainingError`` for training options this task cannot train with (by
+        default ``train.stateful``, which only a recurrent language model carries across batches)."""
+        if cfg.train.stateful:
+            raise TrainingError(STATEFUL)
+
+    def validate(self, model: nn.Module, data: Any, cfg: RunConfig, device, log: Log) -> dict:
+        """The model's metrics on the validation split (the registry's ``metrics``, and counts), logged in one
+        line; the model is in eval mode meanwhile and back in its own mode after."""
+        raise NotImplementedError
+
+    def test(self, trainer) -> dict | None:
+        """The best checkpoint of a finished run (``trainer``: a ``RunTrainer``) scored on the config's test
+        split, logged and written to metrics.jsonl as a ``test`` event; None when the config names none."""
+        raise NotImplementedError
+
+
+STATEFUL = ("train.stateful=true carries a recurrent state across batches: it needs data.task=lm and "
+            "model.family=rnn_lm")
+DECODED = ("bleu", "chrf", "rougeL")  # validation metrics of a translation run's decoded validation set
 
 
 def token_batches(ctx: TrainingContext, src_len, tgt_len, collate) -> Iterator[Batch]:

@@ -3,6 +3,7 @@ label); a text is read as its first ``data.max_len`` tokens, after a CLS vector.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from seqmap.data.corpus import DataError, FilterReport, cached_encode, filter_pa
 from seqmap.data.labels import LabelSet
 from seqmap.data.pipeline import (
     Pairs,
+    classification_ids,
     file_pairs,
     log_held_out,
     normalizer_for,
@@ -21,7 +23,10 @@ from seqmap.data.pipeline import (
     valid_name,
 )
 from seqmap.data.tokenizers import PAD, Tokenizer
+from seqmap.evaluation import baseline_scores, comparison_table
+from seqmap.models.tfidf import MissingBaselineDependency
 from seqmap.tasks.base import Task, token_batches
+from seqmap.training.validate import classification_metrics, evaluating, log_label_scores
 
 
 @dataclass
@@ -93,6 +98,45 @@ class ClassificationTask(Task):
         """(token ids, class id) rows; a row's length counts the CLS vector."""
         train = ctx.data.train
         return token_batches(ctx, [len(ids) + 1 for ids, _ in train], [1] * len(train), collate_labels)
+
+    def validate(self, model, data: ClassificationData, cfg, device, log):
+        """loss, accuracy and macro-F1 of the validation rows."""
+        with evaluating(model):
+            out = classification_metrics(model, data.valid, len(data.labels), cfg.train.max_tokens, device)
+            log_label_scores(out, log)
+        return out
+
+    def test(self, trainer):
+        """Loss, accuracy and macro-F1 of the best checkpoint on every test row, beside the TF-IDF baseline's.
+
+        The baseline (``result["baseline"]``, and a ``test_baseline`` event in metrics.jsonl) is fitted on
+        the training rows the model learnt from and scored on the same test rows; without scikit-learn the
+        log says how to install it and the model's scores stand alone.
+        """
+        cfg, data, log = trainer.cfg, trainer.data, trainer.log
+        if not data.test_text:
+            return None
+        best = trainer.load_best()
+        rows = [(classification_ids(data.tok, text, cfg.data.max_len), data.labels.encode(label, where="data.test"))
+                for text, label in data.test_text]
+        result = classification_metrics(trainer.model.eval(), rows, len(data.labels), cfg.train.max_tokens,
+                                        trainer.device)
+        step = trainer.state["step"]
+        log.metrics("test", step, **result)
+        log.info(f"test ({len(rows)} texts, {best.name}): accuracy {result['accuracy']:.2f} macro-F1 "
+                 f"{result['macro_f1']:.2f} loss {result['loss']:.4f}")
+        log.info(f"fitting the TF-IDF baseline on the same {len(data.train_text)} training texts, for comparison "
+                 f"(minutes on tens of thousands of texts; the model's scores above are final)")
+        started = time.perf_counter()
+        try:
+            baseline = baseline_scores(data.train_text, data.test_text, data.labels)
+        except MissingBaselineDependency as e:
+            log.info(f"no baseline: {e}")
+            return result
+        log.info(f"baseline fitted and scored in {time.perf_counter() - started:.0f} s")
+        log.metrics("test_baseline", step, **baseline)
+        log.info(f"test, the same {len(rows)} texts:\n" + "\n".join(comparison_table(result, baseline)))
+        return {**result, "baseline": baseline}
 
 
 TASK = ClassificationTask()

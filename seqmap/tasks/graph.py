@@ -10,6 +10,7 @@ from seqmap.config import DataConfig
 from seqmap.data.corpus import DataError
 from seqmap.data.graphs import GraphData, load_planetoid
 from seqmap.tasks.base import Task, TrainingContext
+from seqmap.training.validate import evaluating, graph_metrics, log_label_scores
 
 
 def load_graph(cfg: DataConfig, run_dir: Path, log: Callable[[str], None] = print) -> GraphData:
@@ -40,6 +41,28 @@ class GraphTask(Task):
             ctx.state["data"] = {"epoch": ctx.state["data"]["epoch"] + 1, "batch": 0}
             ctx.state["epoch"] = ctx.state["data"]["epoch"]
             yield batch
+
+    def validate(self, model, data: GraphData, cfg, device, log):
+        """loss, accuracy and macro-F1 of one forward pass over the graph, on its val_idx nodes."""
+        with evaluating(model):
+            out = graph_metrics(model, data, data.graph.val_idx, cfg.model.graph_attention, device)
+            del out["logits"]
+            log_label_scores(out, log)
+        return out
+
+    def test(self, trainer):
+        """Loss, accuracy and macro-F1 of the best checkpoint on the graph's test nodes (None when it has none)."""
+        data, log = trainer.data, trainer.log
+        if data.graph.test_idx.numel() == 0:
+            return None
+        best = trainer.load_best()
+        result = graph_metrics(trainer.model.eval(), data, data.graph.test_idx, trainer.cfg.model.graph_attention,
+                               trainer.device)
+        del result["logits"]
+        log.metrics("test", trainer.state["step"], **result)
+        log.info(f"test ({result['examples']} nodes, {best.name}): accuracy {result['accuracy']:.2f} macro-F1 "
+                 f"{result['macro_f1']:.2f} loss {result['loss']:.4f}")
+        return result
 
 
 TASK = GraphTask()

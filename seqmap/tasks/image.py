@@ -18,6 +18,7 @@ from seqmap.data.pipeline import held_out_count, log_held_out, run_labels, valid
 from seqmap.data.samplers import fixed_size_batches
 from seqmap.data.tokenizers import PAD
 from seqmap.tasks.base import Task, TrainingContext
+from seqmap.training.validate import evaluating, image_metrics, log_label_scores
 
 
 @dataclass
@@ -97,6 +98,28 @@ class ImageTask(Task):
         return ctx.epoch_batches(
             lambda epoch: fixed_size_batches(len(labels), t.batch_size, shuffle=True, seed=t.seed, epoch=epoch),
             make_batch)
+
+    def validate(self, model, data: ImageData, cfg, device, log):
+        """loss, accuracy and macro-F1 of the validation images."""
+        with evaluating(model):
+            out = image_metrics(model, data.valid.images, data.valid_ids, len(data.labels), cfg.train.batch_size,
+                                device)
+            log_label_scores(out, log)
+        return out
+
+    def test(self, trainer):
+        """Loss, accuracy and macro-F1 of the best checkpoint on the test images (``data.test``)."""
+        cfg, data, log = trainer.cfg, trainer.data, trainer.log
+        if data.test is None:
+            return None
+        best = trainer.load_best()
+        labels = [data.labels.encode(v, where="data.test") for v in data.test.labels]
+        result = image_metrics(trainer.model.eval(), data.test.images, labels, len(data.labels),
+                               cfg.train.batch_size, trainer.device)
+        log.metrics("test", trainer.state["step"], **result)
+        log.info(f"test ({len(labels)} images, {best.name}): accuracy {result['accuracy']:.2f} macro-F1 "
+                 f"{result['macro_f1']:.2f} loss {result['loss']:.4f}")
+        return result
 
 
 TASK = ImageTask()

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seqmap.config import DataConfig
+from seqmap.config import DataConfig, RunConfig
 from seqmap.data import datasets
 from seqmap.data.batching import Batch
 from seqmap.data.corpus import DataError, cached_encode, iter_lines, read_lines
@@ -33,9 +33,11 @@ from seqmap.data.pipeline import (
 from seqmap.data.prepare import Source, prepare
 from seqmap.data.samplers import lm_random_chunks, lm_stream_rows, lm_stream_window
 from seqmap.data.tokenizers import EOS, PAD, Tokenizer
+from seqmap.evaluation import lm_scores
 from seqmap.runs import LoadedRun
-from seqmap.tasks.base import Task, TrainingContext, own_split
+from seqmap.tasks.base import DECODED, STATEFUL, Task, TrainingContext, own_split
 from seqmap.training.trainer import TrainingError
+from seqmap.training.validate import eval_context, evaluating, lm_batches, log_token_scores, summed_nll, token_scores
 
 
 @dataclass
@@ -194,6 +196,35 @@ class LMTask(Task):
 
     def model_fields(self, data: LMData) -> dict:
         return dict(src_vocab=0, tgt_vocab=data.tok.vocab_size, pad_id=PAD, n_classes=0)
+
+    def check_trainable(self, cfg: RunConfig) -> None:
+        """``train.stateful`` with a recurrent model; no decoded metric (a language model validates loss and ppl)."""
+        if cfg.train.stateful and cfg.model.family != "rnn_lm":
+            raise TrainingError(STATEFUL)
+        for metric in dict.fromkeys((cfg.train.early_stopping, *cfg.train.patience_metrics)):
+            if metric in DECODED:
+                raise TrainingError(f"train.early_stopping / patience_metrics {metric} is not measured for a "
+                                    "language model (data.task=lm validates loss and ppl); use loss or ppl")
+
+    def validate(self, model, data: LMData, cfg, device, log):
+        """loss, ppl and tokens of the validation text, in windows of ``data.eval_context`` (else ``data.context``)."""
+        with evaluating(model):
+            batches = lm_batches(data.valid, eval_context(cfg.data), cfg.train.batch_size)
+            out = token_scores(*summed_nll(model, batches, device))
+        log_token_scores(out, log)
+        return out
+
+    def test(self, trainer):
+        """Loss and perplexity of the test text, in the windows validation scores."""
+        test = trainer.data.test
+        if not test:
+            return None
+        best = trainer.load_best()
+        result = lm_scores(trainer.model, test, trainer.cfg, trainer.device)
+        trainer.log.metrics("test", trainer.state["step"], **result)
+        trainer.log.info(f"test ({result['tokens']} tokens, {best.name}): loss {result['loss']:.4f} "
+                         f"ppl {result['ppl']:.2f}")
+        return result
 
     def batches(self, ctx: TrainingContext):
         """nanoGPT-style random windows; the generator is seeded by the batch position, so resuming is exact."""

@@ -8,15 +8,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from seqmap.config import DataConfig
+from seqmap import metrics as mt
+from seqmap.config import DataConfig, RunConfig
 from seqmap.data.audio import SPLITS, Utterances, join, read_recordings, single
 from seqmap.data.batching import collate_speech
 from seqmap.data.corpus import DataError
 from seqmap.data.pipeline import hold_out, holds_out, log_held_out, tokenizers_for
 from seqmap.data.samplers import token_budget_batches
 from seqmap.data.tokenizers import PAD, Tokenizer
+from seqmap.decoding.speech import transcribe
 from seqmap.runs import LoadedRun
+from seqmap.speech_evaluation import evaluate_utterances, speaker_table
 from seqmap.tasks.base import Task, TrainingContext
+from seqmap.training.validate import evaluating, greedy_note, log_token_scores, speech_batches, summed_nll, token_scores
 
 
 @dataclass
@@ -112,6 +116,44 @@ class SpeechTask(Task):
             lambda epoch: token_budget_batches(frames, [len(x) + 1 for x in ids], t.max_tokens, shuffle=True,
                                                seed=t.seed, epoch=epoch),
             lambda indices, *_: collate_speech([train.wave(i) for i in indices], [ids[i] for i in indices]))
+
+    def validate(self, model, data: SpeechData, cfg, device, log):
+        """loss, ppl and tokens by teacher forcing, then word (digit) error rate and string accuracy of greedy
+        transcripts, a few of them logged beside their references."""
+        with evaluating(model):
+            batches = speech_batches(model, data.valid, data.valid_ids, cfg.train.max_tokens)
+            out = token_scores(*summed_nll(model, batches, device))
+            out.update(_transcribe_and_score(model, data, cfg, device, log))
+        log_token_scores(out, log, greedy_note(cfg, "WER", "transcribe"))
+        return out
+
+    def test(self, trainer):
+        """The best checkpoint on the run's test utterances (transcripts in RUN_DIR/test.hyp), logged per speaker."""
+        cfg, data, log = trainer.cfg, trainer.data, trainer.log
+        if data.test is None:
+            return None
+        best = trainer.load_best()
+        run = LoadedRun(cfg, trainer.model.eval(), None, data.tok, best, trainer.device)
+        out = trainer.run_dir / "test.hyp"
+        result = evaluate_utterances(run, data.test, out=out)
+        log.metrics("test", trainer.state["step"], **{k: v for k, v in result.items() if k != "speakers"})
+        log.info(f"test ({result['utterances']} utterances, {result['words']} words, {best.name}, beam "
+                 f"{result['beam_size']}): WER {result['wer']:.2f}, string accuracy {result['string_accuracy']:.2f}\n"
+                 + "\n".join(speaker_table(result, tuple(cfg.data.exclude_speakers))))
+        log.info(f"  transcripts in {out}")
+        return result
+
+
+def _transcribe_and_score(model, data: SpeechData, cfg: RunConfig, device, log) -> dict:
+    """Greedy transcripts of the validation utterances: word (digit) error rate and string accuracy."""
+    d, valid = cfg.decode, data.valid
+    hyps = transcribe(model, data.tok, [valid.wave(i) for i in range(len(valid))], max_tokens=d.max_tokens,
+                      max_len_a=d.max_len_a, max_len_b=d.max_len_b, beam_size=1, device=device)
+    refs = [valid.text(i) for i in range(len(valid))]
+    for i in range(min(cfg.train.valid_examples, len(refs))):
+        log(f"  reference  {refs[i]}\n           hypothesis {hyps[i]}")
+    scores = mt.word_error_rate(hyps, refs)
+    return {"wer": scores["wer"], "string_accuracy": scores["string_accuracy"]}
 
 
 TASK = SpeechTask()

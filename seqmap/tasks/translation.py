@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from seqmap.config import DataConfig
+from seqmap import metrics as mt
+from seqmap.config import DataConfig, RunConfig
 from seqmap.data import datasets
 from seqmap.data.batching import collate_pairs
 from seqmap.data.corpus import DataError, FilterReport, cached_encode, filter_pairs, iter_parallel, iter_tsv
@@ -36,9 +37,20 @@ from seqmap.data.pipeline import (
 )
 from seqmap.data.prepare import PairRows, Source, encode_blank_empty, filter_store, prepare
 from seqmap.data.tokenizers import PAD, Tokenizer
+from seqmap.decoding.text import translate_ids
+from seqmap.evaluation import evaluate_pairs
 from seqmap.models.lead import median_words
 from seqmap.runs import LoadedRun
-from seqmap.tasks.base import Task, own_split, token_batches
+from seqmap.tasks.base import DECODED, Task, own_split, token_batches
+from seqmap.training.trainer import TrainingError
+from seqmap.training.validate import (
+    evaluating,
+    greedy_note,
+    log_token_scores,
+    summed_nll,
+    token_scores,
+    translation_batches,
+)
 
 
 @dataclass
@@ -212,6 +224,70 @@ class TranslationTask(Task):
     def batches(self, ctx):
         train = ctx.data.train  # a PairRows: lengths are arrays, rows are read from the memory map per batch
         return token_batches(ctx, train.src_lengths(), train.tgt_lengths() + 1, collate_pairs)
+
+    def check_trainable(self, cfg: RunConfig) -> None:
+        """A best-checkpoint or patience metric of the decoded validation set that the run never measures
+        (``train.valid_bleu=false``; ``rougeL`` of a Chinese target) would rank no checkpoint."""
+        super().check_trainable(cfg)
+        for metric in dict.fromkeys((cfg.train.early_stopping, *cfg.train.patience_metrics)):
+            if metric not in DECODED:
+                continue
+            if not cfg.train.valid_bleu:
+                raise TrainingError(f"train.early_stopping / patience_metrics {metric} is measured on the decoded "
+                                    "validation set, which train.valid_bleu=false turns off; set "
+                                    "train.valid_bleu=true, or use loss or ppl")
+            if metric == "rougeL" and mt.tokenizer_for(cfg.data.tgt_lang) == "zh":
+                raise TrainingError(f"train.early_stopping / patience_metrics rougeL is not measured for a Chinese "
+                                    f"target (data.tgt_lang={cfg.data.tgt_lang}: rouge-score reads Latin-script "
+                                    "words); use bleu, chrf, loss or ppl")
+
+    def validate(self, model, data: TranslationData, cfg, device, log):
+        """loss, ppl and tokens by teacher forcing; with ``train.valid_bleu``, BLEU, chrF (and ROUGE unless the
+        target is Chinese) of greedy translations, a few of them logged beside their references."""
+        with evaluating(model):
+            out = token_scores(*summed_nll(model, translation_batches(data.valid, cfg.train.max_tokens), device))
+            if cfg.train.valid_bleu and data.valid:
+                out.update(_decode_and_score(model, data, cfg, device, log))
+        log_token_scores(out, log, greedy_note(cfg, "BLEU", "translate") if "bleu" in out else "")
+        return out
+
+    def test(self, trainer):
+        """Decoded with the run's decode config and scored as by ``evaluate_pairs`` (hypotheses in
+        ``RUN_DIR/test.hyp``)."""
+        cfg, data, log = trainer.cfg, trainer.data, trainer.log
+        test = data.test_text
+        if not test:
+            return None
+        best = trainer.load_best()
+        step = trainer.state["step"]
+        out = trainer.run_dir / "test.hyp"
+        run = LoadedRun(cfg, trainer.model.eval(), data.src_tok, data.tgt_tok, best, trainer.device)
+        result = evaluate_pairs(run, [s for s, _ in test], [t for _, t in test], out=out)
+        log.metrics("test", step, **result)
+        rouge = (f" ROUGE-1/2/L {result['rouge1']:.2f} / {result['rouge2']:.2f} / {result['rougeL']:.2f}"
+                 if "rougeL" in result else "")
+        log.info(f"test ({len(test)} sentences, {best.name}): BLEU {result['bleu']:.2f} chrF "
+                 f"{result['chrf']:.2f} TER {result['ter']:.2f} ppl {result['ppl']:.2f}{rouge}")
+        log.info(f"  {result['bleu_signature']}")
+        log.info(f"  hypotheses in {out}")
+        return result
+
+
+def _decode_and_score(model, data: TranslationData, cfg: RunConfig, device, log) -> dict:
+    d = cfg.decode
+    hyp_ids = translate_ids(model, [s for s, _ in data.valid], max_tokens=d.max_tokens, max_len_a=d.max_len_a,
+                            max_len_b=d.max_len_b, device=device)
+    hyps = [data.tgt_tok.decode(h) for h in hyp_ids]
+    refs = [t for _, t in data.valid_text]
+    tok = mt.tokenizer_for(cfg.data.tgt_lang)
+    bleu, chrf = mt.bleu(hyps, refs, tokenize=tok), mt.chrf(hyps, refs)
+    for (src, ref), hyp in list(zip(data.valid_text, hyps))[: cfg.train.valid_examples]:
+        log(f"  source     {src}\n           reference  {ref}\n           hypothesis {hyp}")
+    out = {"bleu": bleu.value, "chrf": chrf.value, "bleu_signature": bleu.signature,
+           "chrf_signature": chrf.signature}
+    if tok != "zh":  # rouge-score reads [a-z0-9] words only: Chinese would score 0
+        out.update({name: score.value for name, score in mt.rouge(hyps, refs).items()})
+    return out
 
 
 TASK = TranslationTask()

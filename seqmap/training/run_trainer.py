@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seqmap import metrics as mt
 from seqmap import provenance, tasks
 from seqmap.checkpoints import (
     TOKENIZER_DIR,
@@ -49,7 +48,6 @@ from seqmap.training.carry import CarriedState
 from seqmap.training.run_dir import copy_tokenizer, refuse_another_run, resume_advice, resume_command, write_error
 from seqmap.training.runlog import RunLog
 from seqmap.training.trainer import Trainer, TrainingError
-from seqmap.training.validate import validate
 
 TIE_BREAK_BY_LOSS = ("accuracy", "macro_f1")  # early_stopping metrics whose equal values go to the lower loss
 
@@ -69,35 +67,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-DECODED = ("bleu", "chrf", "rougeL")  # validation metrics of a translation run's decoded validation set
-
-
 def check_trainable(cfg: RunConfig) -> None:
-    """Before the data is read: the options that train together. A best-checkpoint or patience metric that the
-    run's validation never measures (``bleu`` with ``train.valid_bleu=false``, or for a language model; ``rougeL``
-    of a Chinese target) ranked no checkpoint and stopped the run after ``train.patience`` validations."""
-    t, d = cfg.train, cfg.data
+    """Before the data is read: the options that train together, the task's own (``Task.check_trainable``:
+    a best-checkpoint or patience metric its validation never measures would rank no checkpoint) included."""
+    t = cfg.train
     if t.schedule == "inverse_sqrt" and t.warmup < 1:  # not in TrainConfig: runs imported before said warmup 0
         raise TrainingError("train.schedule=inverse_sqrt (the default) decays as lr * sqrt(warmup / step), so it "
                             f"needs train.warmup >= 1 (got {t.warmup}); give train.warmup, or use "
                             "train.schedule=constant")
-    if t.stateful and (d.task != "lm" or cfg.model.family != "rnn_lm"):
-        raise TrainingError("train.stateful=true carries a recurrent state across batches: it needs "
-                            "data.task=lm and model.family=rnn_lm")
-    for metric in dict.fromkeys((t.early_stopping, *t.patience_metrics)):
-        if metric not in DECODED:
-            continue
-        if d.task == "lm":
-            raise TrainingError(f"train.early_stopping / patience_metrics {metric} is not measured for a language "
-                                "model (data.task=lm validates loss and ppl); use loss or ppl")
-        if d.task == "translation" and not t.valid_bleu:
-            raise TrainingError(f"train.early_stopping / patience_metrics {metric} is measured on the decoded "
-                                "validation set, which train.valid_bleu=false turns off; set train.valid_bleu=true, "
-                                "or use loss or ppl")
-        if metric == "rougeL" and mt.tokenizer_for(d.tgt_lang) == "zh":
-            raise TrainingError(f"train.early_stopping / patience_metrics rougeL is not measured for a Chinese target "
-                                f"(data.tgt_lang={d.tgt_lang}: rouge-score reads Latin-script words); use bleu, chrf, "
-                                "loss or ppl")
+    tasks.get(cfg.data.task).check_trainable(cfg)
 
 
 class RunTrainer:
@@ -260,7 +238,7 @@ class RunTrainer:
         """
         s, t, save = self.state, self.cfg.train, None
         if self.dist.is_main:
-            metrics = validate(self.model, self.data, self.cfg, self.device, self.log.info)
+            metrics = self.task.validate(self.model, self.data, self.cfg, self.device, self.log.info)
             self.log.metrics("valid", s["step"], **metrics, train_minutes=s["train_seconds"] / 60)
             value = metrics.get(t.early_stopping)
             better = self._improves(metrics)

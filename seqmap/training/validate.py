@@ -1,4 +1,6 @@
-"""Validation: loss and perplexity from summed NLL, BLEU/chrF from real decoding, examples in the log.
+"""Validation helpers that no task owns: summed NLL, evaluation batches, classification scores, the log line.
+
+Each task's ``validate`` (``seqmap.tasks``) puts them together; these are shared with test scoring.
 
 Perplexity is exp(sum of NLL / number of target tokens) over the whole set, never
 an average of batch averages. ``loss`` here is that per-token NLL (no label
@@ -9,6 +11,8 @@ checkpoints); the log line says so when the run's test uses a beam.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from seqmap import metrics as mt
@@ -16,9 +20,6 @@ from seqmap.config import DataConfig, RunConfig
 from seqmap.data.batching import Batch, collate_images, collate_labels, collate_pairs, collate_speech
 from seqmap.data.samplers import fixed_size_batches, lm_chunks, token_budget_batches
 from seqmap.data.tokenizers import PAD
-from seqmap.decoding.speech import transcribe
-from seqmap.decoding.text import translate_ids
-from seqmap.tasks.registry import TASKS
 from seqmap.training.loss import label_nll, label_smoothed_nll
 
 
@@ -124,72 +125,36 @@ def classification_metrics(model, rows, n_classes: int, max_tokens: int, device)
     return classification_scores(predicted, [label for _, label in rows], nll_sum, n_classes)
 
 
-def validate(model, data, cfg: RunConfig, device, log) -> dict:
-    """Metrics on the validation split: loss, ppl, and for translation (if enabled) bleu, chrf."""
+@contextmanager
+def evaluating(model):
+    """The model in eval mode inside the block (dropout off), back in the mode it was in after it."""
     was_training = model.training
     model.eval()
     try:
-        if TASKS[cfg.data.task].labelled:
-            if cfg.data.task == "graph":
-                out = graph_metrics(model, data, data.graph.val_idx, cfg.model.graph_attention, device)
-                del out["logits"]
-            elif cfg.data.task == "image":
-                out = image_metrics(model, data.valid.images, data.valid_ids, len(data.labels), cfg.train.batch_size,
-                                    device)
-            else:
-                out = classification_metrics(model, data.valid, len(data.labels), cfg.train.max_tokens, device)
-            log("validation: " + ", ".join(f"{k} {v:.4g}" for k, v in out.items()))
-            return out
-        if cfg.data.task == "lm":
-            batches = lm_batches(data.valid, eval_context(cfg.data), cfg.train.batch_size)
-        elif cfg.data.task == "speech":
-            batches = speech_batches(model, data.valid, data.valid_ids, cfg.train.max_tokens)
-        else:
-            batches = translation_batches(data.valid, cfg.train.max_tokens)
-        nll_sum, n_tokens = summed_nll(model, batches, device)
-        out = {"loss": nll_sum / max(n_tokens, 1), "ppl": mt.perplexity(nll_sum, n_tokens), "tokens": n_tokens}
-        if cfg.data.task == "translation" and cfg.train.valid_bleu and data.valid:
-            out.update(_decode_and_score(model, data, cfg, device, log))
-        if cfg.data.task == "speech":
-            out.update(_transcribe_and_score(model, data, cfg, device, log))
+        yield model
     finally:
         model.train(was_training)
+
+
+def token_scores(nll_sum: float, n_tokens: int) -> dict:
+    """loss (mean NLL per target token), perplexity and the number of tokens, from their sums over a set."""
+    return {"loss": nll_sum / max(n_tokens, 1), "ppl": mt.perplexity(nll_sum, n_tokens), "tokens": n_tokens}
+
+
+def log_token_scores(out: dict, log, note: str = "") -> None:
+    """The validation line of a token-sequence task: every metric but the sacreBLEU signatures, then ``note``."""
     shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in out.items()
                       if k not in ("bleu_signature", "chrf_signature"))
-    how = ""
-    if ("bleu" in out or "wer" in out) and cfg.decode.beam_size > 1:  # greedy is cheaper; it rarely changes the choice
-        how = (f" ({'BLEU' if 'bleu' in out else 'WER'} by greedy decoding; test and "
-               f"{'translate' if 'bleu' in out else 'transcribe'} use decode.beam_size={cfg.decode.beam_size})")
-    log(f"validation{how}: {shown}")
-    return out
+    log(f"validation{note}: {shown}")
 
 
-def _decode_and_score(model, data, cfg: RunConfig, device, log) -> dict:
-    d = cfg.decode
-    hyp_ids = translate_ids(model, [s for s, _ in data.valid], max_tokens=d.max_tokens, max_len_a=d.max_len_a,
-                            max_len_b=d.max_len_b, device=device)
-    hyps = [data.tgt_tok.decode(h) for h in hyp_ids]
-    refs = [t for _, t in data.valid_text]
-    tok = mt.tokenizer_for(cfg.data.tgt_lang)
-    bleu, chrf = mt.bleu(hyps, refs, tokenize=tok), mt.chrf(hyps, refs)
-    for (src, ref), hyp in list(zip(data.valid_text, hyps))[: cfg.train.valid_examples]:
-        log(f"  source     {src}\n           reference  {ref}\n           hypothesis {hyp}")
-    out = {"bleu": bleu.value, "chrf": chrf.value, "bleu_signature": bleu.signature,
-           "chrf_signature": chrf.signature}
-    if tok != "zh":  # rouge-score reads [a-z0-9] words only: Chinese would score 0
-        out.update({name: score.value for name, score in mt.rouge(hyps, refs).items()})
-    return out
+def log_label_scores(out: dict, log) -> None:
+    """The validation line of a labelled task (``classification_scores``)."""
+    log("validation: " + ", ".join(f"{k} {v:.4g}" for k, v in out.items()))
 
 
-
-
-def _transcribe_and_score(model, data, cfg: RunConfig, device, log) -> dict:
-    """Greedy transcripts of the validation utterances: word (digit) error rate and string accuracy."""
-    d, valid = cfg.decode, data.valid
-    hyps = transcribe(model, data.tok, [valid.wave(i) for i in range(len(valid))], max_tokens=d.max_tokens,
-                      max_len_a=d.max_len_a, max_len_b=d.max_len_b, beam_size=1, device=device)
-    refs = [valid.text(i) for i in range(len(valid))]
-    for i in range(min(cfg.train.valid_examples, len(refs))):
-        log(f"  reference  {refs[i]}\n           hypothesis {hyps[i]}")
-    scores = mt.word_error_rate(hyps, refs)
-    return {"wer": scores["wer"], "string_accuracy": scores["string_accuracy"]}
+def greedy_note(cfg: RunConfig, metric: str, verb: str) -> str:
+    """Said beside a metric of greedy validation decoding when the run's test and VERB use a beam
+    (greedy is cheaper; it rarely changes which checkpoint is best)."""
+    beam = cfg.decode.beam_size
+    return f" ({metric} by greedy decoding; test and {verb} use decode.beam_size={beam})" if beam > 1 else ""

@@ -447,7 +447,7 @@ def drawn(ax) -> dict[str, tuple[list, list]]:
 
 
 def test_curves_of_a_speech_run_draw_wer_and_string_accuracy(tmp_path):
-    # what validate() logs for data.task=speech: loss, ppl, tokens, wer, string_accuracy; the test row has them too
+    # what the speech task's validate logs: loss, ppl, tokens, wer, string_accuracy; the test row has them too
     rows = task_rows({"ppl": 8.0, "tokens": 300, "wer": 10.0, "string_accuracy": 50.0})
     fig = plot_curves(write_metrics(tmp_path / "asr", rows), tmp_path / "c.svg")
     assert [ax.get_ylabel() for ax in fig.axes] == ["loss", "learning rate", "perplexity", "WER (%)",
