@@ -32,7 +32,7 @@ from seqmap.data.graphs import GraphData
 from seqmap.data.images import read_split
 from seqmap.data.labels import LabelSet
 from seqmap.data.pipeline import Pairs, classification_ids, truncate_source
-from seqmap.decoding.text import Scored, translate_texts
+from seqmap.decoding.text import Scored, source_ids, translate_texts
 from seqmap.models.lead import BASELINE_NAME as LEAD_NAME
 from seqmap.models.lead import lead
 from seqmap.models.tfidf import BASELINE_NAME, TfidfLogReg
@@ -211,8 +211,7 @@ def evaluate_pairs(run: LoadedRun, sources: list[str], refs: list[str], decode: 
         raise ValueError(f"--compare {compare_with} has {len(other)} lines but there are {len(sources)} sources; "
                          "give the other system's hypotheses of the same sentences, one per line")
     if translate is not None:
-        nbest = translate([truncate_source(run.src_tok.encode(s), run.cfg.data.max_src_len) for s in sources],
-                          n_best)
+        nbest = translate(source_ids(run.src_tok, sources, run.cfg.data.max_src_len), n_best)
         texts = [[e._replace(output=run.tgt_tok.decode(e.output)) for e in entries] for entries in nbest]
         translated = [entries[0].output for entries in texts] if n_best == 1 else texts
     else:
