@@ -141,13 +141,13 @@ def _load_run(path: str | Path, which: str, device: str | torch.device) -> Loade
     except ConfigError as e:
         raise RunError(f"{checkpoint / 'config.yaml'}: {e}") from None
     model = build_model(cfg.model)
-    if cfg.data.task == "graph":  # no tokens: the graph itself is the input (seqmap.tasks.graph.load_graph)
+    task = TASKS[cfg.data.task]
+    if task.input == "graph":  # no tokens: the graph itself is the input (seqmap.tasks.graph.load_graph)
         load_checkpoint(checkpoint, model=model)
         return LoadedRun(cfg, model.to(device).eval(), None, None, checkpoint, device)
     tok_dir = find_tokenizer(checkpoint) or checkpoint.parent.parent / TOKENIZER_DIR  # none: load_pair names it
-    task = cfg.data.task
-    src_tok, tgt_tok = (None, None) if task == "image" else load_pair(tok_dir)
+    src_tok, tgt_tok = load_pair(tok_dir) if task.tokenized else (None, None)
     load_checkpoint(checkpoint, model=model)
     model.to(device).eval()
-    labels = LabelSet.load(tok_dir / LABELS_FILE) if TASKS[task].labelled else None
-    return LoadedRun(cfg, model, None if task in ("lm", "speech") else src_tok, tgt_tok, checkpoint, device, labels)
+    labels = LabelSet.load(tok_dir / LABELS_FILE) if task.labelled else None
+    return LoadedRun(cfg, model, src_tok if "source" in task.tokenized else None, tgt_tok, checkpoint, device, labels)

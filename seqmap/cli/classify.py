@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from seqmap.cli.common import UserError, check_text, load, run_parser
+from seqmap.tasks.registry import TASKS
 
 
 def add_parser(commands) -> None:
@@ -51,12 +52,13 @@ def cmd_classify(args: argparse.Namespace) -> int:
     if not texts:
         raise UserError("nothing to classify: give TEXT arguments, --input FILE, or pipe texts into stdin")
     empty = next((number for number, text in enumerate(texts, start=1) if not text.strip()), None)
-    if run.cfg.data.task == "image" and empty is not None:
+    images = TASKS[run.cfg.data.task].input == "image"
+    if images and empty is not None:
         where = "an argument" if args.texts else f"line {empty} of {args.input or 'stdin'}"
         raise UserError(f"{where} is empty; an image classifier reads one image path per line")
     labels, k = run.labels, min(args.top, len(run.labels))
     for text in texts:
-        if run.cfg.data.task == "image":
+        if images:
             batch = collate_images(read_run_image(run, text)[None], [0]).to(run.device)
         else:
             batch = collate_labels([(classification_ids(run.src_tok, text, run.cfg.data.max_len), 0)]).to(run.device)

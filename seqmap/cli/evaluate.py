@@ -10,6 +10,7 @@ from seqmap.cli.common import UserError, decode_config, load, note_where_trained
 from seqmap.cli.ct2 import ct2_decoder, refuse_with_ct2
 from seqmap.cli.evaluate_lm import evaluate_lm
 from seqmap.cli.evaluate_tasks import check_out, evaluate_task, refuse_other_tasks_options
+from seqmap.tasks.registry import TASKS
 
 
 def add_parser(commands) -> None:
@@ -65,8 +66,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     run = load(args)
     note_where_trained(run)
     refuse_other_tasks_options(run, args)
-    if run.cfg.data.task != "translation":  # a language model: loss and perplexity of a text
-        return evaluate_lm(run, args) if run.cfg.data.task == "lm" else evaluate_task(run, args)
+    task = TASKS[run.cfg.data.task]
+    if task.windows:  # a language model: loss and perplexity of a text
+        return evaluate_lm(run, args)
+    if task.name != "translation":
+        return evaluate_task(run, args)
     if (args.src is None) != (args.ref is None):
         raise UserError("give --src FILE and --ref FILE together, or neither to score the run's own --split "
                         "(default: test)")

@@ -8,45 +8,33 @@ from pathlib import Path
 from seqmap.cli.common import UserError, decode_config
 from seqmap.tasks.registry import TASKS
 
-TRANSLATION = ("translation",)
-OPTION_TASKS = {  # evaluate's options (attribute, flag) and the data.task values whose evaluation reads them
-    ("src", "--src"): TRANSLATION, ("ref", "--ref"): TRANSLATION, ("nbest", "--nbest"): TRANSLATION,
-    ("tokenize", "--tokenize"): TRANSLATION, ("tok_ref", "--tok-ref"): TRANSLATION,
-    ("compare", "--compare"): TRANSLATION, ("lead", "--lead"): TRANSLATION,
-    ("baseline_run", "--baseline-run"): TRANSLATION, ("out", "--out"): ("translation", "speech"),
-    ("data", "--data"): ("classification", "image", "graph", "speech", "lm"),
-    ("split", "--split"): ("graph", "translation", "lm"),
-    ("confusion", "--confusion"): ("classification", "image", "graph"),
-    ("no_baseline", "--no-baseline"): ("classification", "image"),
-}
+OPTIONS = {"src": "--src", "ref": "--ref", "nbest": "--nbest", "tokenize": "--tokenize", "tok_ref": "--tok-ref",
+           "compare": "--compare", "lead": "--lead", "baseline_run": "--baseline-run", "out": "--out",
+           "data": "--data", "split": "--split", "confusion": "--confusion", "no_baseline": "--no-baseline",
+           "ct2": "--ct2"}  # evaluate's options, by the names the registry's ``evaluate_reads`` uses
 DEFAULTS = {"nbest": 1, "split": "test", "no_baseline": False}
 
 
 def refuse_other_tasks_options(run, args: argparse.Namespace) -> None:
     """One line for the first option given that the evaluation of this run's ``data.task`` would ignore (a
     ``--confusion`` for a translation run drew nothing, a ``--src`` for a classifier read nothing)."""
-    task = run.cfg.data.task
-    if getattr(args, "ct2", None) is not None and task != "translation":
-        raise UserError(f"--ct2 decodes translation runs; {args.run_dir} is data.task={task}: leave out --ct2")
-    if args.overrides and task not in ("translation", "speech"):  # nothing is decoded
-        flag = args.overrides[0].split("=")[0]
-        raise UserError(f"{flag} is for translation and speech runs; {args.run_dir} is {TASKS[task].one}: "
-                        f"leave out {flag}")
-    for (name, flag), tasks in OPTION_TASKS.items():
-        if task not in tasks and getattr(args, name, None) not in (None, DEFAULTS.get(name)):
-            readers = [TASKS[t].many for t in tasks]
+    task = TASKS[run.cfg.data.task]
+    given = [(name, flag) for name, flag in OPTIONS.items()
+             if getattr(args, name, None) not in (None, DEFAULTS.get(name))]
+    if args.overrides:
+        given.append(("decode", args.overrides[0].split("=")[0]))
+    for name, flag in given:
+        if name not in task.evaluate_reads:
+            readers = [info.many for info in TASKS.values() if name in info.evaluate_reads]
             readers = " and ".join([", ".join(readers[:-1]), readers[-1]] if len(readers) > 1 else readers)
-            raise UserError(f"{flag} is for {readers}; {args.run_dir} is {TASKS[task].one}: leave out {flag}")
+            raise UserError(f"{flag} is for {readers}; {args.run_dir} is {task.one}: leave out {flag}")
 
 
 def evaluate_task(run, args: argparse.Namespace) -> int:
-    """Score ``run`` as its ``data.task`` says (``--data``, ``--split``, ``--confusion`` ...); print the result."""
-    task = run.cfg.data.task
-    if task == "graph":
-        return _evaluate_graph(run, args)
-    if task == "speech":
-        return _evaluate_speech(run, args)
-    return _evaluate_classifier(run, args)
+    """Score a classifier, image classifier, graph or speech run as its ``data.task`` says; print the result."""
+    evaluate = {"audio": _evaluate_speech, "graph": _evaluate_graph}.get(TASKS[run.cfg.data.task].input,
+                                                                        _evaluate_classifier)
+    return evaluate(run, args)
 
 
 def _has_training_rows(d) -> bool:
@@ -57,7 +45,7 @@ def _has_training_rows(d) -> bool:
 def _evaluate_classifier(run, args: argparse.Namespace) -> int:
     from seqmap.evaluation import evaluate_classifier, evaluate_images
 
-    images = run.cfg.data.task == "image"
+    images = TASKS[run.cfg.data.task].input == "image"
     if args.data is None:
         what = "PATH (an .npz, or a folder of class sub-folders)" if images else "FILE (a TSV of text<TAB>label)"
         raise UserError(f"{args.run_dir} is {'an image' if images else 'a'} classifier: evaluate it on --data {what}")

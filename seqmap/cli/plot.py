@@ -8,6 +8,7 @@ from pathlib import Path
 
 from seqmap.cli.common import UserError, check_text
 from seqmap.cli.evaluate_tasks import load_run_graph
+from seqmap.tasks.registry import TASKS
 
 
 def _int_option(name: str, value: str) -> int:
@@ -110,7 +111,8 @@ def _plot(args: argparse.Namespace, visualize) -> None:
 
         run = load_run(args.run_dir, args.checkpoint)
         head = args.head if args.head in (None, "mean") else _int_option("--head", args.head)
-        if run.cfg.data.task == "image":
+        reads = TASKS[run.cfg.data.task].input  # text, image, audio or graph
+        if reads == "image":
             if not args.image:
                 raise UserError(f"{args.run_dir} classifies images: seqmap plot attention needs --image FILE")
             _reject_unused(args, "an image classifier", ("text", "layer", "hyp", "self", "copy", "data"))
@@ -120,7 +122,7 @@ def _plot(args: argparse.Namespace, visualize) -> None:
         if args.image:
             raise UserError(f"--image is for image classifiers (model.family=vit); {args.run_dir} has "
                             f"data.task={run.cfg.data.task}")
-        if (run.cfg.data.task == "speech") != bool(args.audio):
+        if (reads == "audio") != bool(args.audio):
             raise UserError(f"{args.run_dir} is a speech run: plot it with --audio FILE" if not args.audio else
                             f"--audio is for speech runs; {args.run_dir} has data.task={run.cfg.data.task}")
         if args.audio:
@@ -128,7 +130,7 @@ def _plot(args: argparse.Namespace, visualize) -> None:
                            ("text", "hyp", "self", "copy", "data"))
             visualize.plot_speech_attention(run, args.audio, out, layer=args.layer, head=head, title=args.title)
             return
-        if (run.cfg.data.task == "graph") != (args.node is not None):
+        if (reads == "graph") != (args.node is not None):
             raise UserError(f"{args.run_dir} is a graph run: plot it with --node ID" if args.node is None else
                             f"--node is for graph runs; {args.run_dir} reads text: plot it with --text SENTENCE")
         if args.node is not None:

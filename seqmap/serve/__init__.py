@@ -172,9 +172,10 @@ def _ct2_export(args: argparse.Namespace, run):
 
     from seqmap.hub import HubError
     from seqmap.hub.ct2 import open_export
+    from seqmap.hub.ct2.spec import KINDS
 
     family, task = run.cfg.model.family, run.cfg.data.task
-    if not ((family == "transformer" and task == "translation") or family == "lm"):
+    if family not in KINDS:  # the config check keeps model.family=transformer to translation
         raise ServeError(f"--ct2 searches for Transformer translation runs and decoder-only LMs; {args.run_dir} is "
                          f"model.family={family}, data.task={task}: leave out --ct2")
     if run.cfg.decode.no_repeat_ngram:  # every search would fail in the worker: refuse before serving

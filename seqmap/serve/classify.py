@@ -28,6 +28,7 @@ from seqmap.nn.rollout import class_token_attention
 from seqmap.runs import LoadedRun
 from seqmap.serve.engine import run_header
 from seqmap.serve.schemas import ClassifyRequest, Limits, RequestError, check_classify, decode_base64
+from seqmap.tasks.registry import TASKS
 
 DECIMALS = 4
 CLASSIFY_KEY = ("classify",)  # one kind of batch: every /classify request can share it
@@ -48,6 +49,7 @@ class ClassifierEngine:
         self.run = run
         self.limits = limits or Limits()
         self.task = run.cfg.data.task  # classification | image
+        self.images = TASKS[self.task].input == "image"  # base64 images in, else texts
         m = run.cfg.model
         self.has_attention = m.pooling == "cls"  # the maps read the class token's row
         layers = m.enc_layers
@@ -56,12 +58,12 @@ class ClassifierEngine:
     # -- in the request's handler ---------------------------------------------------------------
     def inputs(self, req: ClassifyRequest) -> ClassifyJob:
         """The request as a job: texts tokenized or images decoded, each checked; errors name the field."""
-        items = check_classify(req, self.limits, self.task)
+        items = check_classify(req, self.limits, self.images)
         if req.attention and not self.has_attention:
             raise RequestError("this model pools by mean (model.pooling=mean) and has no class token to read "
                                "attention from; send attention=false", "attention", 409)
-        one = isinstance(req.image if self.task == "image" else req.text, str)
-        if self.task == "image":
+        one = isinstance(req.image if self.images else req.text, str)
+        if self.images:
             images = [self._image(item, "image" if one else f"image[{i}]") for i, item in enumerate(items)]
             return ClassifyJob(images, None, req.top, req.attention)
         tok, max_len = self.run.src_tok, self.run.cfg.data.max_len
@@ -83,7 +85,7 @@ class ClassifierEngine:
     def run_classify(self, key, jobs: list[ClassifyJob]) -> list[list[dict[str, Any]]]:
         """One forward pass over every input of every job; per job, its classifications in order."""
         inputs = [x for job in jobs for x in job.inputs]
-        if self.task == "image":
+        if self.images:
             batch = collate_images(torch.stack(inputs), [0] * len(inputs))
         else:
             batch = collate_labels([(ids, 0) for ids in inputs])
@@ -117,7 +119,7 @@ class ClassifierEngine:
         rollout, last = class_token_attention(weights[..., :n, :n])
         answer = {"rollout": rollout.round(decimals=DECIMALS).tolist(),
                   "last_layer": last.round(decimals=DECIMALS).tolist(), "tokens": None, "grid": None}
-        if self.task == "image":
+        if self.images:
             answer["grid"] = list(self.run.model.encoder.embedding.grid)
         else:
             answer["tokens"] = job.tokens[i][: n - 1]
@@ -129,7 +131,7 @@ class ClassifierEngine:
         m, d, t = cfg.model, cfg.data, cfg.train
         about_input = ({"channels": m.image_channels, "height": m.image_height, "width": m.image_width,
                         "patch_size": m.patch_size, "grid": list(run.model.encoder.embedding.grid)}
-                       if self.task == "image" else
+                       if self.images else
                        {"tokenizer": run.src_tok.kind, "vocabulary": run.src_tok.vocab_size})
         return {
             **run_header(run, self.task),

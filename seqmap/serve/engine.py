@@ -57,6 +57,7 @@ from seqmap.decoding.text import (
 from seqmap.hub.ct2 import export_positions, generate_ct2_nbest, translate_ct2_nbest
 from seqmap.runs import LoadedRun
 from seqmap.serve.schemas import GenerateRequest, Limits, RequestError, TranslateRequest
+from seqmap.tasks.registry import TASKS
 
 DECIMALS = 4  # attention weights are rounded for the JSON (a 1e-4 difference is invisible in a heatmap)
 
@@ -312,7 +313,7 @@ class Engine:
     def _attention_shape(self) -> dict[str, Any]:
         """Layers and heads of the attention the page shows, probed by forced decoding of one token
         (an RNN with rnn_attention=none returns none: not available, 0 layers and heads)."""
-        src = None if self.task == "lm" else [EOS]
+        src = None if self.run.src_tok is None else [EOS]
         weights = forced_attention(self.run.model, src, [EOS], device=self.run.device)
         if weights is None:
             return {"available": False, "layers": 0, "heads": 0}
@@ -320,8 +321,11 @@ class Engine:
 
 
 def run_header(run: LoadedRun, task: str) -> dict[str, Any]:
-    """What /info says first about any run: its task, family, checkpoint, step and parameter count."""
-    return {"task": task, "family": run.cfg.model.family, "checkpoint": str(run.checkpoint),
+    """What /info says first about any run: its task, the route that serves it and what that reads, family,
+    checkpoint, step and parameter count."""
+    info = TASKS[task]
+    return {"task": task, "endpoint": info.endpoint, "reads": info.input, "family": run.cfg.model.family,
+            "checkpoint": str(run.checkpoint),
             "step": checkpoint_step(run.checkpoint), "parameters": sum(p.numel() for p in run.model.parameters())}
 
 

@@ -243,12 +243,12 @@ def check_translate(req: TranslateRequest, limits: Limits, default_beam: int) ->
     return texts
 
 
-def check_classify(req: ClassifyRequest, limits: Limits, task: str) -> list[str]:
-    """The texts (or base64 images) of a /classify request for a ``task`` server, checked against ``limits``."""
-    want, other = ("image", "text") if task == "image" else ("text", "image")
+def check_classify(req: ClassifyRequest, limits: Limits, images: bool) -> list[str]:
+    """The texts (or, for an image classifier, base64 images) of a /classify request, checked against ``limits``."""
+    want, other = ("image", "text") if images else ("text", "image")
     value = getattr(req, want)
     if getattr(req, other) is not None:
-        raise RequestError(f"this server classifies {'images' if task == 'image' else 'texts'}; send {want}, "
+        raise RequestError(f"this server classifies {want}s; send {want}, "
                            f"not {other}", other)
     if value is None:
         raise RequestError(f"{want} is required: {'a base64 image file' if want == 'image' else 'a text'} or a list",

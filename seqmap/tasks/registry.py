@@ -34,6 +34,9 @@ class TaskInfo:
     windows: bool = False  # reads data.context windows of one token stream (a language model)
     own_validation: str | None = None  # where its validation set always comes from (data.valid_size is refused)
     check: Callable[[Any], None] | None = None  # its own checks of a RunConfig (ConfigError), beside config's
+    input: str = "text"  # what its model reads: "text", "audio", "image" or "graph"
+    tokenized: tuple[str, ...] = ("source", "target")  # the sides the run's tokenizer encodes
+    evaluate_reads: tuple[str, ...] = ()  # the `seqmap evaluate` options (dest names) its evaluation reads
 
 
 def _check_graph(cfg) -> None:
@@ -48,29 +51,36 @@ def _check_graph(cfg) -> None:
 
 
 _LABELLED = ("loss", "accuracy", "macro_f1")
+_TRANSLATION_EVALUATE = ("src", "ref", "nbest", "tokenize", "tok_ref", "compare", "lead", "baseline_run", "out",
+                         "split", "ct2", "decode")  # "decode": the --decode.* overrides
 
 TASKS: dict[str, TaskInfo] = {info.name: info for info in (
     TaskInfo("translation", "translation", (), ("loss", "ppl", "bleu", "chrf", "rougeL"),
              "a translation run", "translation runs", "seqmap translate / evaluate",
              "a translation model; use `seqmap translate` instead", ("translate", "evaluate"),
-             "/translate", "POST /translate with a text", "a translation model"),
+             "/translate", "POST /translate with a text", "a translation model",
+             evaluate_reads=_TRANSLATION_EVALUATE),
     TaskInfo("lm", "lm", ("lm", "rnn_lm"), ("loss", "ppl"), "a language model", "language models",
              "seqmap generate", "a language model; use `seqmap generate` instead", ("generate", "evaluate"),
-             "/generate", "POST /generate with a prompt", "a language model", windows=True),
+             "/generate", "POST /generate with a prompt", "a language model", windows=True,
+             tokenized=("target",), evaluate_reads=("data", "split")),
     TaskInfo("speech", "speech", ("speech",), ("loss", "ppl", "wer", "string_accuracy"), "a speech run",
              "speech runs", "seqmap transcribe / evaluate", "a speech run; use `seqmap transcribe / evaluate` instead",
              ("transcribe", "evaluate"), "/transcribe", "POST /transcribe with base64 audio files",
-             "a speech recognizer"),
+             "a speech recognizer", input="audio", tokenized=("target",), evaluate_reads=("data", "out", "decode")),
     TaskInfo("classification", "classification", ("classifier",), _LABELLED, "a classifier", "classifiers",
              "seqmap classify", "a classifier; use `seqmap classify` instead", ("classify", "evaluate"),
-             "/classify", "POST /classify with a text", "a text classifier", labelled=True),
+             "/classify", "POST /classify with a text", "a text classifier", labelled=True,
+             evaluate_reads=("data", "confusion", "no_baseline")),
     TaskInfo("image", "image", ("vit",), _LABELLED, "an image classifier", "image classifiers", "seqmap classify",
              "a classifier; use `seqmap classify` instead", ("classify", "evaluate"),
-             "/classify", "POST /classify with a base64 image", "an image classifier", labelled=True),
+             "/classify", "POST /classify with a base64 image", "an image classifier", labelled=True,
+             input="image", tokenized=(), evaluate_reads=("data", "confusion", "no_baseline")),
     TaskInfo("graph", "graph", ("gat",), _LABELLED, "a graph (GAT) run", "graph runs",
              "seqmap evaluate / seqmap plot attention --node",
              "a graph (GAT) run; use `seqmap evaluate` or `seqmap plot attention --node`", ("evaluate",),
-             labelled=True, own_validation="the graph's val_idx nodes", check=_check_graph),
+             labelled=True, own_validation="the graph's val_idx nodes", check=_check_graph, input="graph",
+             tokenized=(), evaluate_reads=("data", "split", "confusion")),
 )}
 
 

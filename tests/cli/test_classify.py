@@ -86,7 +86,7 @@ def test_config_overrides_that_classify_would_ignore_are_refused(classifier, tmp
     (tmp_path / "test.tsv").write_text("a library function\tlibs\n")
     assert main(["evaluate", str(classifier), "--data", str(tmp_path / "test.tsv"), "--no-baseline",
                  "--decode.max_len_b=3"]) == 2
-    assert capsys.readouterr().err == (f"seqmap: error: --decode.max_len_b is for translation and speech runs; "
+    assert capsys.readouterr().err == (f"seqmap: error: --decode.max_len_b is for translation runs and speech runs; "
                                        f"{classifier} is a classifier: leave out --decode.max_len_b\n")
     assert main(["evaluate", str(classifier), "--data", str(tmp_path / "test.tsv"), "--no-baseline"]) == 0
     assert capsys.readouterr().out.startswith("accuracy = ")

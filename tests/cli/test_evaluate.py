@@ -134,8 +134,8 @@ def test_mistakes_in_the_baselines_and_the_comparison_are_found_before_decoding(
 @pytest.mark.parametrize("run, options, message", [
     ("summ", ["--confusion", "c.png"], "--confusion is for classifiers, image classifiers and graph runs; RUN is a "
                                        "translation run: leave out --confusion"),
-    ("summ", ["--data", "test.tsv"], "--data is for classifiers, image classifiers, graph runs, speech runs and "
-                                     "language models; RUN is a translation run: leave out --data"),
+    ("summ", ["--data", "test.tsv"], "--data is for language models, speech runs, classifiers, image classifiers "
+                                     "and graph runs; RUN is a translation run: leave out --data"),
     ("summ", ["--split", "val"], "--split val scores the run's own data; leave it out with --src and --ref"),
     ("summ", ["--no-baseline"], "--no-baseline is for classifiers and image classifiers; RUN is a translation run"),
     ("classifier", ["--data", "test.tsv", "--src", "a.txt"], "--src is for translation runs; RUN is a classifier: "

@@ -51,22 +51,22 @@ async function init() {
     return;
   }
   const info = state.info;
-  if (info.task === "classification" || info.task === "image") {
+  if (info.endpoint === "/classify") {
     initClassify(info);
     return;
   }
-  if (info.task === "speech") {
+  if (info.endpoint === "/transcribe") {
     initSpeech(info);
     return;
   }
   const langs = info.languages;
-  const task = info.task === "lm" ? "language model" : `${langs.source} → ${langs.target}`;
+  const task = info.endpoint === "/generate" ? "language model" : `${langs.source} → ${langs.target}`;
   $("model-info").textContent = `${info.family} ${task} · ${info.parameters.toLocaleString("en")} parameters · ` +
     `${info.vocabulary.tokenizer} vocabulary ${info.vocabulary.target}` +
     (info.step === null ? "" : ` · step ${info.step}`) +
     (info.decoder && info.decoder !== "seqmap" ? ` · searched by ${info.decoder}` : "");
   const decode = info.decode_defaults;
-  if (info.task === "lm") {
+  if (info.endpoint === "/generate") {
     $("generate-panel").hidden = false;
     $("max-new-tokens").value = Math.min(decode.max_new_tokens, info.limits.max_new_tokens);
     $("max-new-tokens").max = info.limits.max_new_tokens;
@@ -159,7 +159,7 @@ function showResults() {
   $("output").hidden = false;
   const list = $("translations");
   list.replaceChildren();
-  const generation = state.info.task === "lm";
+  const generation = state.info.endpoint === "/generate";
   list.hidden = generation;
   $("generated").hidden = !generation;
   if (generation) {
@@ -311,11 +311,11 @@ function highlight(row) {
 // -- classifiers: texts or an uploaded image -------------------------------------------------------
 
 function initClassify(info) {
-  const what = info.task === "image" ? `images ${info.input.width}x${info.input.height}` : "texts";
+  const what = info.reads === "image" ? `images ${info.input.width}x${info.input.height}` : "texts";
   $("model-info").textContent = `${info.family} classifier of ${what} · ${info.classes.length} classes · ` +
     `${info.parameters.toLocaleString("en")} parameters` + (info.step === null ? "" : ` · step ${info.step}`);
   $("classify-panel").hidden = false;
-  if (info.task === "image") {
+  if (info.reads === "image") {
     $("classify-label").textContent = "Image to classify";
     $("classify-label").htmlFor = "classify-image";
     $("classify-text").hidden = true;
@@ -340,7 +340,7 @@ async function onClassify(event) {
   event.preventDefault();
   showError("");
   const body = {top: Number($("classify-top").value), attention: state.info.attention.available};
-  if (state.info.task === "image") {
+  if (state.info.reads === "image") {
     const file = $("classify-image").files[0];
     if (!file) {
       showError("choose an image file first");
