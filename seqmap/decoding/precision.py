@@ -18,8 +18,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from seqmap.tasks.registry import TASKS
+
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-TASKS = ("translation", "lm")
 
 
 class PrecisionError(ValueError):
@@ -32,9 +33,10 @@ def decode_dtype(precision: str | None, device: torch.device | str, task: str = 
         return torch.float32
     if precision not in PRECISIONS:
         raise PrecisionError(f"--precision {precision!r} is not supported; use one of {', '.join(PRECISIONS)}")
-    if task not in TASKS:  # before the device: --device cuda would not help
-        raise PrecisionError(f"--precision {precision} is for translation and language-model runs; this "
-                             f"data.task={task} run decodes in fp32: leave out --precision")
+    if not TASKS[task].half_precision:  # before the device: --device cuda would not help
+        halves = " and ".join(info.many for info in TASKS.values() if info.half_precision)
+        raise PrecisionError(f"--precision {precision} is for {halves}; this data.task={task} run decodes in "
+                             "fp32: leave out --precision")
     device = torch.device(device)
     if device.type != "cuda":
         raise PrecisionError(f"--precision {precision} decodes on a CUDA GPU only (the CPU decodes in fp32; "

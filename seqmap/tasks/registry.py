@@ -37,6 +37,7 @@ class TaskInfo:
     input: str = "text"  # what its model reads: "text", "audio", "image" or "graph"
     tokenized: tuple[str, ...] = ("source", "target")  # the sides the run's tokenizer encodes
     evaluate_reads: tuple[str, ...] = ()  # the `seqmap evaluate` options (dest names) its evaluation reads
+    half_precision: bool = False  # decodes in fp16 / bf16 on a GPU (``--precision``); the others in fp32
 
 
 def _check_graph(cfg) -> None:
@@ -59,11 +60,11 @@ TASKS: dict[str, TaskInfo] = {info.name: info for info in (
              "a translation run", "translation runs", "seqmap translate / evaluate",
              "a translation model; use `seqmap translate` instead", ("translate", "evaluate"),
              "/translate", "POST /translate with a text", "a translation model",
-             evaluate_reads=_TRANSLATION_EVALUATE),
+             evaluate_reads=_TRANSLATION_EVALUATE, half_precision=True),
     TaskInfo("lm", "lm", ("lm", "rnn_lm"), ("loss", "ppl"), "a language model", "language models",
              "seqmap generate", "a language model; use `seqmap generate` instead", ("generate", "evaluate"),
              "/generate", "POST /generate with a prompt", "a language model", windows=True,
-             tokenized=("target",), evaluate_reads=("data", "split")),
+             tokenized=("target",), evaluate_reads=("data", "split"), half_precision=True),
     TaskInfo("speech", "speech", ("speech",), ("loss", "ppl", "wer", "string_accuracy"), "a speech run",
              "speech runs", "seqmap transcribe / evaluate", "a speech run; use `seqmap transcribe / evaluate` instead",
              ("transcribe", "evaluate"), "/transcribe", "POST /transcribe with base64 audio files",

@@ -63,7 +63,7 @@ def test_the_precision_is_checked_in_one_line_naming_the_fix():
     with pytest.raises(PrecisionError, match=r"^--precision bf16 decodes on a CUDA GPU only \(the CPU decodes in "
                        r"fp32; --quantize int8 is its faster path\); add --device cuda or leave out --precision$"):
         decode_dtype("bf16", "cpu")
-    with pytest.raises(PrecisionError, match=r"^--precision fp16 is for translation and language-model runs; this "
+    with pytest.raises(PrecisionError, match=r"^--precision fp16 is for translation runs and language models; this "
                        r"data.task=speech run decodes in fp32: leave out --precision$"):
         decode_dtype("fp16", "cuda", "speech")  # a device object is enough: nothing is allocated on it
 
@@ -105,7 +105,7 @@ def test_ct2_refuses_a_gpu_and_16_bits_rather_than_ignoring_them():
 def test_a_run_that_decodes_in_fp32_only_is_told_to_leave_out_precision_not_to_add_a_gpu(task):
     """On the CPU these runs were told "add --device cuda", which then refused them for their task."""
     for device in ("cpu", "cuda"):
-        with pytest.raises(PrecisionError, match=rf"^--precision bf16 is for translation and language-model runs; "
+        with pytest.raises(PrecisionError, match=rf"^--precision bf16 is for translation runs and language models; "
                            rf"this data.task={task} run decodes in fp32: leave out --precision$"):
             decode_dtype("bf16", device, task)
 
