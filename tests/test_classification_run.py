@@ -192,7 +192,9 @@ def test_long_texts_are_truncated_not_dropped_and_the_baseline_scores_the_same_r
     assert "tfidf+logreg" in log and "the same 61 texts" in log
     assert f'"baseline_accuracy": {round(baseline["accuracy"], 2)}' in capsys.readouterr().out
     data = load_classification(from_dict(RunConfig, cfg).data, run_dir, log=lambda line: None)
-    assert data.train_text == classification_train_rows(from_dict(RunConfig, cfg).data)
+    train = classification_train_rows(from_dict(RunConfig, cfg).data)  # what the baseline was fitted on
+    assert [(ids.tolist(), c) for ids, c in data.train] == [
+        (classification_ids(data.tok, t, 12), data.labels.encode(label)) for t, label in train]
     assert max(len(ids) for ids, _ in data.train) == 12 and len(data.test_text) == 61
     assert classification_ids(data.tok, long_text, 12) == data.tok.encode(long_text)[:12]
     capsys.readouterr()
@@ -237,3 +239,20 @@ def test_the_debian_config_with_missing_or_malformed_data_is_one_line(tmp_path, 
     assert main(["train", config_file, "--run-dir", "run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "train.tsv: line 1 has 1 tab-separated column(s), need 2" in err[0]
+
+
+def test_a_resumed_classifier_reads_the_batches_and_losses_of_an_uninterrupted_run(tmp_path):
+    """Batches planned from the prepared corpus's lengths resume where they stopped, mid-epoch."""
+    from seqmap.training.runlog import read_metrics
+
+    cfg = config(tmp_path)
+    cfg["train"].update(max_steps=30, valid_every=15, log_every=1)
+    path = write(tmp_path, cfg)
+    assert main(["train", path, "--run-dir", str(tmp_path / "straight")]) == 0
+    assert main(["train", path, "--run-dir", str(tmp_path / "resumed"), "--train.max_steps", "15"]) == 0
+    assert main(["train", "--resume", str(tmp_path / "resumed"), "--train.max_steps", "30"]) == 0
+    assert "read from memory-mapped files" in (tmp_path / "resumed" / "train.log").read_text()
+    losses = {run: [(m["step"], m["epoch"], m["loss"]) for m in read_metrics(tmp_path / run, "train")]
+              for run in ("straight", "resumed")}
+    assert [step for step, _, _ in losses["straight"]] == list(range(1, 31)) and losses["straight"][-1][1] >= 1
+    assert losses["resumed"] == losses["straight"]  # bit for bit: the same batches in the same order

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -41,8 +41,10 @@ class LabelSet:
             raise DataError(f"the catch-all class {self.other!r} must be the last class")
 
     @classmethod
-    def from_training(cls, labels: Iterable[str], max_classes: int | None = None, other: str = "other") -> LabelSet:
-        """The classes of a training split's labels (see the module docstring for ``max_classes``)."""
+    def from_training(cls, labels: Iterable[str] | Mapping[str, int], max_classes: int | None = None,
+                      other: str = "other") -> LabelSet:
+        """The classes of a training split's labels, or of each label's count (see the module docstring for
+        ``max_classes``)."""
         counts = Counter(labels)
         if "" in counts:
             raise DataError(f"{counts['']} training example(s) have an empty label; give every example a label")

@@ -17,7 +17,7 @@ parts they share are here:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -170,8 +170,10 @@ def tokenizer_key(cfg: DataConfig) -> dict:
 LABELS_FILE = "labels.json"  # in RUN_DIR/tokenizer/, so every checkpoint's copy of the tokenizer carries it
 
 
-def run_labels(train_labels: list[str], cfg: DataConfig, run_dir: Path, log: Callable[[str], None]) -> LabelSet:
-    """The run's classes: RUN_DIR/tokenizer/labels.json if it exists (resume, evaluation), else the training labels'."""
+def run_labels(train_labels: Iterable[str] | Mapping[str, int], cfg: DataConfig, run_dir: Path,
+               log: Callable[[str], None]) -> LabelSet:
+    """The run's classes: RUN_DIR/tokenizer/labels.json if it exists (resume, evaluation), else the training labels'
+    (the labels, or each label's count)."""
     labels_path = run_dir / "tokenizer" / LABELS_FILE
     if labels_path.exists():
         labels = LabelSet.load(labels_path)

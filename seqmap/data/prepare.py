@@ -5,6 +5,8 @@ memory-mapped token store (``token_store.py``), reused by every later run with t
         store.json, src.ids, src.offsets, tgt.ids, tgt.offsets   the encoded training pairs, every row kept
         tokenizer/                                                the tokenizer they were encoded with
 
+(``lm-<key>`` holds one ``text`` column; ``classification-<key>`` a ``text`` column and a ``label`` column.)
+
 The key names the options that shape the ids (task, tokenizer options, normalization, columns, hold-out,
 lexicon) and the training files by path and size, plus either the tokenizer's fingerprint (a run that has
 one: resumed, or ``--init``) or "fit" (a run that fits its own). ``store.json`` records each file's size,
@@ -39,6 +41,7 @@ DataConfig = Any  # seqmap.config.DataConfig, which sits above the data layer (i
 
 CHUNK = 20_000  # sentences encoded per call of the tokenizer's threaded batch encoder
 SAMPLE_SEED = "seqmap.tokenizer-sample"  # the reservoir sample of a large training text is the same every time
+NOT_TEXT = 2**31 - 1  # the vocabulary of a column whose ids are no tokenizer's: int32
 
 
 def prepared_root(cfg: DataConfig, run_dir: Path) -> Path:
@@ -133,20 +136,24 @@ class Prepared:
     held_out: list
 
 
-# column name -> (which text of an example it encodes, which tokenizer of the pair, how a chunk is encoded)
-Columns = dict[str, tuple[int, int, Callable[[Tokenizer, list[str], int], list[list[int]]]]]
+# column name -> (which text of an example it encodes, which tokenizer of the pair, how a chunk is encoded);
+# a side of None gives the encoder whole examples, a tokenizer of None ids that are not a tokenizer's (int32,
+# the encoder gets None for the tokenizer: a classifier's label indices)
+Columns = dict[str, tuple[int | None, int | None, Callable[[Tokenizer | None, list, int], list[list[int]]]]]
 
 
 def prepare(cfg: DataConfig, source: Source, run_dir: Path, kind: str, columns: Columns,
             fit: Callable[..., tuple[Tokenizer, Tokenizer]], log: Callable[[str], None], *, valid_size: int = 0,
             noun: str = "pairs", check_total: Callable[[int], object] = lambda total: None,
-            record: Callable[[], None] = lambda: None) -> Prepared:
+            record: Callable[[], None] = lambda: None, extra: Callable[[], dict] = dict) -> Prepared:
     """The training examples of ``source`` as a store of ``columns``, found or made.
 
     ``fit(*texts)`` (one list of texts per text of an example) trains and saves the run's tokenizer pair when
     RUN_DIR/tokenizer does not exist and no prepared store brings one (``record()`` is called before a store's
     tokenizer is copied into the run). ``valid_size`` > 0 holds out the last examples (returned as text);
-    ``check_total(n)`` refuses a split too small for it."""
+    ``check_total(n)`` refuses a split too small for it. ``extra()``, asked once every example is encoded, gives
+    further entries of ``store.json`` (what the encoders learnt on the way: a classifier's label names)."""
+    next(iter(source.pairs()), None)  # a missing or unreadable file: the reader's one-line error, before its key
     tokenizer_dir = run_dir / "tokenizer"
     own = load_pair(tokenizer_dir) if has_tokenizer(tokenizer_dir) else None
     root = prepared_root(cfg, run_dir)
@@ -184,14 +191,16 @@ def prepare(cfg: DataConfig, source: Source, run_dir: Path, kind: str, columns: 
     final = root / names[0]
     threads = os.cpu_count() or 1
     stream = examples()
-    vocab = {name: own[tok].vocab_size for name, (_, tok, _) in columns.items()}
+    vocab = {name: NOT_TEXT if tok is None else own[tok].vocab_size for name, (_, tok, _) in columns.items()}
     with StoreWriter(final, vocab, identity) as writer, _progress(None, noun) as bar:
         for chunk in _chunks(stream, CHUNK):
             for name, (side, tok, encode) in columns.items():
-                writer.add(name, encode(own[tok], [example[side] for example in chunk], threads))
+                texts = chunk if side is None else [example[side] for example in chunk]
+                writer.add(name, encode(None if tok is None else own[tok], texts, threads))
             bar.update(len(chunk))
         held = stream.tail if valid_size else []
         writer.extra["held_out"] = [list(x) for x in held]
+        writer.extra.update(extra())
         save_pair(*own, writer.tmp / "tokenizer")
         path = writer.commit()
     log(f"prepared corpus: {path} ({writer.rows[next(iter(columns))]} {noun} encoded with {threads} threads; "

@@ -27,6 +27,14 @@ def test_max_classes_keeps_the_most_frequent_and_merges_the_rest_into_other():
     assert [labels.encode(x) for x in ("libs", "doc", "net", "games", "never-seen")] == [0, 1, 2, 2, 2]
 
 
+def test_counts_choose_the_same_classes_as_the_labels_they_count():
+    counts = {"net": 2, "libs": 4, "doc": 2, "games": 1}  # a prepared corpus keeps each label's count
+    for k in (None, 2, 3):
+        assert LabelSet.from_training(counts, k) == LabelSet.from_training(TRAIN, k)
+    with pytest.raises(DataError, match=r"^2 training example\(s\) have an empty label"):
+        LabelSet.from_training({**counts, "": 2})
+
+
 def test_max_classes_larger_than_the_labels_changes_nothing():
     assert LabelSet.from_training(TRAIN, max_classes=10) == LabelSet.from_training(TRAIN)
 

@@ -189,3 +189,5 @@ def test_a_language_models_stream_equals_the_in_memory_one(tmp_path, kind):
 def test_no_training_data_is_one_line(tmp_path):
     with pytest.raises(DataError, match=r"no train data: set data.train \(a TSV file\) or data.train_src"):
         loaded(DataConfig(valid=str(tmp_path / "valid.tsv")), tmp_path / "run")
+    with pytest.raises(DataError, match=r"^data.train: file not found: .*missing.tsv \(check the path"):
+        loaded(DataConfig(train=str(tmp_path / "missing.tsv"), valid=str(tmp_path / "valid.tsv")), tmp_path / "run")

@@ -69,7 +69,8 @@ def test_classification_holds_out_the_last_rows_before_tokenizer_and_baseline(tm
     cfg = DataConfig(task="classification", train=_tsv(tmp_path / "train.tsv", ROWS), valid_size=2,
                      tokenizer="word", vocab_size=50)
     data = load_classification(cfg, tmp_path / "run", lambda _: None)
-    assert data.train_text == ROWS[:4] and data.valid_text == ROWS[4:]
+    assert [(ids.tolist(), c) for ids, c in data.train] == [
+        (data.tok.encode(t), data.labels.encode(label)) for t, label in ROWS[:4]] and data.valid_text == ROWS[4:]
     assert [label for _, label in data.valid] == [data.labels.encode("pos"), data.labels.encode("neg")]
     assert data.tok.encode("zebra") == [UNK]
     assert classification_train_rows(cfg) == ROWS[:4]  # evaluate's TF-IDF baseline fits on the same rows
