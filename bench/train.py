@@ -92,12 +92,14 @@ DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi3
 # -- three models of one shape; each takes (src, src_pad, tgt_in) and returns (B, T, V) logits ----------
 
 
-def build_seqmap(features: bool = True, torch_dropout: bool = False) -> nn.Module:
+def build_seqmap(features: bool = True, torch_dropout: bool = False, shape: dict | None = None) -> nn.Module:
     """seqmap's model; ``features``: return the final states for ``output_nll`` (else logits);
-    ``torch_dropout``: its dropout layers call ``F.dropout`` instead of seqmap's (for the ablation)."""
-    cfg = ModelConfig(family="transformer", src_vocab=SHAPE["vocab"], tgt_vocab=SHAPE["vocab"], pad_id=PAD,
-                      d_model=SHAPE["d_model"], n_heads=SHAPE["n_heads"], d_ff=SHAPE["d_ff"],
-                      enc_layers=SHAPE["layers"], dec_layers=SHAPE["layers"], dropout=SHAPE["dropout"],
+    ``torch_dropout``: its dropout layers call ``F.dropout`` instead of seqmap's (for the ablation);
+    ``shape``: keys as ``SHAPE`` (the default)."""
+    shape = shape or SHAPE
+    cfg = ModelConfig(family="transformer", src_vocab=shape["vocab"], tgt_vocab=shape["vocab"], pad_id=PAD,
+                      d_model=shape["d_model"], n_heads=shape["n_heads"], d_ff=shape["d_ff"],
+                      enc_layers=shape["layers"], dec_layers=shape["layers"], dropout=shape["dropout"],
                       ff_dropout=0.0, norm_position="post", activation="relu", positional="sinusoidal",
                       scale_embeddings=True, tie_embeddings=True, share_vocab=True)
     model = build_model(cfg)
@@ -155,16 +157,17 @@ class TorchTransformer(nn.Module):
 
 
 class Marian(nn.Module):
-    def __init__(self):
+    def __init__(self, shape: dict | None = None):
         super().__init__()
         from transformers import MarianConfig, MarianMTModel
 
+        shape = shape or SHAPE
         config = MarianConfig(
-            vocab_size=SHAPE["vocab"], d_model=SHAPE["d_model"], encoder_layers=SHAPE["layers"],
-            decoder_layers=SHAPE["layers"], encoder_attention_heads=SHAPE["n_heads"],
-            decoder_attention_heads=SHAPE["n_heads"], encoder_ffn_dim=SHAPE["d_ff"], decoder_ffn_dim=SHAPE["d_ff"],
+            vocab_size=shape["vocab"], d_model=shape["d_model"], encoder_layers=shape["layers"],
+            decoder_layers=shape["layers"], encoder_attention_heads=shape["n_heads"],
+            decoder_attention_heads=shape["n_heads"], encoder_ffn_dim=shape["d_ff"], decoder_ffn_dim=shape["d_ff"],
             activation_function="relu", max_position_embeddings=1024, scale_embedding=True,
-            dropout=SHAPE["dropout"], attention_dropout=0.0, activation_dropout=0.0, pad_token_id=PAD,
+            dropout=shape["dropout"], attention_dropout=0.0, activation_dropout=0.0, pad_token_id=PAD,
             eos_token_id=EOS, decoder_start_token_id=BOS, share_encoder_decoder_embeddings=True,
             tie_word_embeddings=True)
         self.model = MarianMTModel(config)
@@ -233,7 +236,7 @@ class Trainee:
 # -- FLOPs and the machine's peak ---------------------------------------------------------------------------
 
 
-def step_flops(batch: int, src_len: int, tgt_len: int) -> float:
+def step_flops(batch: int, src_len: int, tgt_len: int, shape: dict | None = None) -> float:
     """Matmul FLOPs of one training step (forward x 3: backward costs two forwards), padding included.
 
     Per layer and token, in multiply-adds: projections 4 D^2 (Q, K, V, out), feed-forward 2 D F,
@@ -241,8 +244,10 @@ def step_flops(batch: int, src_len: int, tgt_len: int) -> float:
     implementation here does, causal or not). The decoder's cross-attention projects queries and
     outputs per target token (2 D^2) and keys and values per source token (2 D^2). The output layer
     is D V per target token. Embedding lookups, norms, softmax and the optimiser are not counted.
+    ``shape``: keys as ``SHAPE`` (the default).
     """
-    d, f, v, n = SHAPE["d_model"], SHAPE["d_ff"], SHAPE["vocab"], SHAPE["layers"]
+    shape = shape or SHAPE
+    d, f, v, n = shape["d_model"], shape["d_ff"], shape["vocab"], shape["layers"]
     s, t = batch * src_len, batch * tgt_len
     enc = n * s * (4 * d * d + 2 * d * f + 2 * src_len * d)
     dec = n * (t * (4 * d * d + 2 * tgt_len * d + 2 * d * d + 2 * src_len * d + 2 * d * f) + s * 2 * d * d)

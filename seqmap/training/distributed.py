@@ -6,7 +6,8 @@ Launch with PyTorch's own launcher, which sets RANK / WORLD_SIZE / LOCAL_RANK:
 
 NCCL on GPUs, gloo on CPUs. Every rank builds the same model from the same seed,
 takes a disjoint shard of the batches and DistributedDataParallel averages the
-gradients; only rank 0 writes files.
+gradients; only rank 0 writes files. ``torchrun --nproc_per_node 1`` joins a group
+of one, so one GPU runs the code path (NCCL, DistributedDataParallel) that several run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Dist:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    backend: str | None = None  # the process group's (nccl, gloo); None: a plain process, in no group
 
     @property
     def is_main(self) -> bool:
@@ -30,17 +32,18 @@ class Dist:
 
     @property
     def enabled(self) -> bool:
-        return self.world_size > 1
+        """In a process group: gradients, counts and decisions go through it (one process of torchrun too)."""
+        return self.backend is not None
 
 
 def setup(device: torch.device) -> Dist:
-    """Join the process group when launched by torchrun; a no-op for a single process."""
-    if launched_world_size() == 1:
+    """Join the process group when launched by torchrun, even as its only process; a no-op for a plain process."""
+    if not launched():
         return Dist()
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return Dist(rank=dist.get_rank(), world_size=dist.get_world_size(),
-                local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+                local_rank=int(os.environ.get("LOCAL_RANK", "0")), backend=str(dist.get_backend()))
 
 
 def teardown(d: Dist) -> None:
@@ -77,6 +80,12 @@ def gather_to_main(value: object, d: Dist) -> list | None:
     values = [None] * d.world_size if d.is_main else None
     dist.gather_object(value, values, dst=0)
     return values
+
+
+def launched() -> bool:
+    """Started by torchrun (it sets ``TORCHELASTIC_RUN_ID``, one process or several) or by another launcher of
+    several processes (``WORLD_SIZE`` > 1)."""
+    return "TORCHELASTIC_RUN_ID" in os.environ or launched_world_size() > 1
 
 
 def launched_world_size() -> int:

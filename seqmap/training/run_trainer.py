@@ -167,8 +167,10 @@ class RunTrainer:
         precision = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.trainer.amp_dtype, "fp32")
         if t.precision in ("bf16", "fp16") and precision == "fp32":  # was silently ignored
             precision += f" (train.precision={t.precision} is for CUDA; on {self.device.type} it trains in fp32)"
+        d = self.dist  # in a process group (torchrun, one process or several): how many, and its backend
+        group = f", {_processes(d.world_size)}, backend {d.backend}" if d.enabled else ""
         self.log.info(f"model: {self.cfg.model.family}, {n_params / 1e6:.2f}M parameters, device {self.device}, "
-                      f"{precision}{f', {self.dist.world_size} processes' if self.dist.enabled else ''}")
+                      f"{precision}{group}")
 
     # -- batches ------------------------------------------------------------------------
     def _epoch_batches(self, batches_of_epoch: Callable[[int], list[list[int]]], make_batch):

@@ -262,18 +262,35 @@ def test_two_processes_take_the_step_of_one_process_with_the_same_global_batch(c
                           "-m", "seqmap", "train", str(cfg_path), "--run-dir", str(double), "--threads", "1"],
                          capture_output=True, text=True, timeout=300, env=env)
     assert two.returncode == 0, two.stderr[-3000:]
-    assert "2 processes" in (double / "train.log").read_text()
+    assert ", 2 processes, backend gloo" in (double / "train.log").read_text()
     expected, got = train_losses(single), train_losses(double)
     assert sorted(got) == list(range(1, 7))
     for step in expected:
         assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6), step
 
 
-def _torchrun(*args: str) -> subprocess.CompletedProcess:
+def _torchrun(*args: str, processes: int = 2) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           "-m", "seqmap", *args, "--threads", "1"], capture_output=True, text=True, timeout=300,
-                          env=env)
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                           str(processes), "-m", "seqmap", *args, "--threads", "1"], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_one_torchrun_process_trains_in_a_group_of_one_with_the_losses_of_a_plain_process(corpus, tmp_path):
+    """`torchrun --nproc_per_node 1` joined no process group, so a one-GPU machine never ran the NCCL and
+    DistributedDataParallel path that several GPUs run; the log now names the group's backend."""
+    cfg_path = write_config(tmp_path, config(corpus, max_steps=6, valid_every=100, valid_bleu=False))
+    plain = tmp_path / "plain"
+    assert _seqmap("train", str(cfg_path), "--run-dir", str(plain), "--threads", "1").wait(timeout=300) == 0
+    group = tmp_path / "group"
+    done = _torchrun("train", str(cfg_path), "--run-dir", str(group), processes=1)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ", one process, backend gloo" in (group / "train.log").read_text()
+    assert "backend" not in (plain / "train.log").read_text()
+    expected, got = train_losses(plain), train_losses(group)
+    assert sorted(got) == list(range(1, 7))
+    for step in expected:
+        assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6), step
 
 
 def test_under_torchrun_a_user_error_is_reported_once_and_other_processes_name_their_rank(corpus, tmp_path):
