@@ -66,11 +66,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     run = load(args)
     note_where_trained(run)
     refuse_other_tasks_options(run, args)
-    task = TASKS[run.cfg.data.task]
-    if task.windows:  # a language model: loss and perplexity of a text
-        return evaluate_lm(run, args)
-    if task.name != "translation":
-        return evaluate_task(run, args)
+    if (task := TASKS[run.cfg.data.task]).name != "translation":  # an LM: loss and perplexity of a text
+        return evaluate_lm(run, args) if task.windows else evaluate_task(run, args)
     if (args.src is None) != (args.ref is None):
         raise UserError("give --src FILE and --ref FILE together, or neither to score the run's own --split "
                         "(default: test)")

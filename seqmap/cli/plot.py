@@ -111,8 +111,7 @@ def _plot(args: argparse.Namespace, visualize) -> None:
 
         run = load_run(args.run_dir, args.checkpoint)
         head = args.head if args.head in (None, "mean") else _int_option("--head", args.head)
-        reads = TASKS[run.cfg.data.task].input  # text, image, audio or graph
-        if reads == "image":
+        if (reads := TASKS[run.cfg.data.task].input) == "image":  # text, image, audio or graph
             if not args.image:
                 raise UserError(f"{args.run_dir} classifies images: seqmap plot attention needs --image FILE")
             _reject_unused(args, "an image classifier", ("text", "layer", "hyp", "self", "copy", "data"))
