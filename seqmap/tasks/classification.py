@@ -9,7 +9,7 @@ rows are few and stay in memory as text.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +35,7 @@ from seqmap.data.pipeline import (
     train_source,
     valid_name,
 )
-from seqmap.data.prepare import HeldOut, Source, prepare
+from seqmap.data.prepare import HeldOut, Source, encode_blank_empty, prepare
 from seqmap.data.token_store import TokenStore
 from seqmap.data.tokenizers import PAD, Tokenizer
 from seqmap.evaluation import baseline_scores, comparison_table
@@ -81,16 +81,20 @@ class ClassificationData:
     reports: dict[str, FilterReport] = field(default_factory=dict)
 
 
+def _normalized(cfg: DataConfig, rows: Iterable[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+    """(text, label) rows as a classifier reads them: texts normalized like translation sources, labels stripped."""
+    norm = normalizer_for(cfg)
+    return ((norm(t), label.strip()) for t, label in rows)
+
+
 def read_classification_texts(cfg: DataConfig) -> dict[str, Pairs]:
     """The train/valid/test (text, label) rows of the config's TSV files (test may be empty), texts normalized."""
-    norm = normalizer_for(cfg)
-    return {k: [(norm(t), label.strip()) for t, label in v] for k, v in file_pairs(cfg, "rows").items()}
+    return {k: list(_normalized(cfg, v)) for k, v in file_pairs(cfg, "rows").items()}
 
 
 def _split_rows(cfg: DataConfig, split: str) -> Pairs:
     """One split's (text, label) rows from its own files, as ``read_classification_texts`` reads them."""
-    norm = normalizer_for(cfg)
-    return [(norm(t), label.strip()) for t, label in split_files(cfg, split, "rows")]
+    return list(_normalized(cfg, split_files(cfg, split, "rows")))
 
 
 def _train_stream(cfg: DataConfig) -> Iterator[tuple[str, str]]:
@@ -98,10 +102,9 @@ def _train_stream(cfg: DataConfig) -> Iterator[tuple[str, str]]:
     (nothing held out)."""
     if cfg.train is None and cfg.train_src is None:
         split_files(cfg, "train", "rows")  # raises: no training data
-    norm = normalizer_for(cfg)
     rows = (iter_tsv(cfg.train, "data.train", cfg.src_column, cfg.tgt_column) if cfg.train else
             iter_parallel(cfg.train_src, cfg.train_tgt, "data.train_src", "data.train_tgt"))
-    return ((norm(t), label.strip()) for t, label in rows)
+    return _normalized(cfg, rows)
 
 
 def _check_total(cfg: DataConfig) -> Callable[[int], int]:
@@ -153,10 +156,6 @@ class _LabelIndex:
         return {"labels": [[name, count] for name, count in zip(self.index, self.counts, strict=True)]}
 
 
-def _encode_texts(tok: Tokenizer, texts: list[str], threads: int) -> list[list[int]]:
-    return tok.encode_batch(texts, threads)
-
-
 def _class_table(label: np.ndarray, names: list[str], labels: LabelSet) -> np.ndarray:
     """label index -> class id, for the labels of the kept rows, encoded in the order they first occur there (a
     label outside the classes is an error naming the first such row's label, as when rows are encoded in turn)."""
@@ -187,7 +186,7 @@ def load_classification(cfg: DataConfig, run_dir: Path, log: Callable[[str], Non
                     options)
     index = _LabelIndex()
     prepared = prepare(cfg, source, run_dir, "classification",
-                       {"text": (0, 0, _encode_texts), "label": (None, None, index.rows)},
+                       {"text": (0, 0, encode_blank_empty), "label": (None, None, index.rows)},
                        lambda texts, _labels: fit_tokenizers(cfg, texts, texts, run_dir, log), log,
                        valid_size=valid_size, noun="rows", check_total=_check_total(cfg),
                        record=lambda: record_fit(cfg, run_dir), extra=index.meta)
