@@ -16,7 +16,8 @@ or reads a user's (``--train FILE.tsv``), then measures, each in a fresh process
   corpus (the task's ``load``, as ``seqmap train`` calls it), wall time and peak RSS;
 * train: ``seqmap train`` on the prepared corpus (a new run directory): seconds from the command to step 1,
   peak RSS over ``--steps`` steps (with ``--epoch``: over one whole epoch, and the RSS at step 1 and at the last
-  logged step beside it, and at every logged step in the JSON),
+  logged step beside it, the peak by the last logged step (the training steps' own, before the closing
+  validation and checkpoint), and the RSS and the peak so far at every logged step in the JSON),
   and the training tokens/s the trainer logs at the last step.
 
 ``--task lm`` trains a decoder-only LM (3 layers, context 256) on the corpus's source side as one text file (a
@@ -136,7 +137,7 @@ def train_run(command: list[str], run_dir: Path, steps: int, env: dict | None = 
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     metrics, first, last, peak, at_first = run_dir / "metrics.jsonl", None, None, 0.0, None
-    rss_by_step: list[tuple[int, float]] = []  # (step, RSS GB) when each logged step appeared
+    rss_by_step: list[tuple[int, float, float]] = []  # (step, RSS GB, peak RSS so far GB) as each step is logged
     while process.poll() is None:
         peak = max(peak, _status(process.pid, "VmHWM"))
         if metrics.is_file():
@@ -144,7 +145,8 @@ def train_run(command: list[str], run_dir: Path, steps: int, env: dict | None = 
             if events and first is None:
                 first, at_first = time.perf_counter() - start, _status(process.pid, "VmRSS")
             if events and (not rss_by_step or events[-1].get("step") != rss_by_step[-1][0]):
-                rss_by_step.append((events[-1].get("step"), _status(process.pid, "VmRSS")))
+                rss_by_step.append((events[-1].get("step"), _status(process.pid, "VmRSS"),
+                                    _status(process.pid, "VmHWM")))
             if events:
                 last = events[-1]
             if not epoch and events and last.get("step", 0) >= steps:
@@ -159,7 +161,8 @@ def train_run(command: list[str], run_dir: Path, steps: int, env: dict | None = 
     out = {"to_step1_s": first, "peak_rss_gb": peak, "train_tok_s": last.get("tokens_per_s")}
     if epoch:  # the RSS as the epoch went, beside the peak (which includes the closing validation and checkpoint)
         out.update(rss_step1_gb=at_first, steps=last.get("step"), rss_by_step=rss_by_step,
-                   rss_last_step_gb=next((rss for _, rss in reversed(rss_by_step) if rss > 0), None))
+                   rss_last_step_gb=next((rss for _, rss, _ in reversed(rss_by_step) if rss > 0), None),
+                   peak_rss_steps_gb=max((hwm for _, _, hwm in rss_by_step), default=None))
     return out
 
 
@@ -229,8 +232,8 @@ def main() -> None:
     print(f"\n{cpu_name()}, {os.cpu_count()} cores; task {args.task}; "
           f"{'one epoch' if args.epoch else f'{args.steps} steps'} per run")
     print(f"| {'code':32s} | {'lines' if args.task == 'lm' else 'rows'} | prepare s | prepare RSS GB | seqmap train "
-          "to step 1, s | peak RSS GB | train tok/s | steps | RSS at step 1, GB | RSS at the last step, GB |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "to step 1, s | peak RSS GB | train tok/s | steps | RSS at step 1, GB | RSS at the last step, GB "
+          "| peak RSS by the last step, GB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(_row(row))
     if args.json:
@@ -245,7 +248,8 @@ def _row(row: dict) -> str:
     pairs = "-" if row["pairs"] is None else f"{row['pairs']:,}"
     return (f"| {row['code']:32s} | {pairs} | {f(row['prepare_s'])} | {f(row['prepare_peak_rss_gb'], 2)} "
             f"| {f(row['to_step1_s'])} | {f(row['peak_rss_gb'], 2)} | {f(row['train_tok_s'], 0)} "
-            f"| {f(row.get('steps'), 0)} | {f(row.get('rss_step1_gb'), 2)} | {f(row.get('rss_last_step_gb'), 2)} |")
+            f"| {f(row.get('steps'), 0)} | {f(row.get('rss_step1_gb'), 2)} | {f(row.get('rss_last_step_gb'), 2)} "
+            f"| {f(row.get('peak_rss_steps_gb'), 2)} |")
 
 
 if __name__ == "__main__":

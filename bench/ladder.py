@@ -3,7 +3,8 @@
     python bench/ladder.py transformer=runs/m30k-transformer gru_attention=runs/m30k-gru-attention \\
         --data data/multi30k --json ladder.json --chart docs/images/multi30k_ladder.png
 
-Each ``RUNG=RUN_DIR`` names a rung (``lstm``, ``gru_context``, ``gru_attention``, ``transformer``) and a run
+Each ``RUNG=RUN_DIR`` names a rung (``lstm``, ``gru_context``, ``gru_attention``, ``transformer``, ``convs2s``, or
+the Transformer with another position scheme: ``transformer_relative``, ``transformer_relative_cp``) and a run
 trained with its config (``configs/multi30k_de_en_*.yaml``). For each run the best checkpoint translates
 test2016 with the run's own decode settings (``seqmap evaluate``'s code), and the table reports:
 
@@ -39,6 +40,9 @@ PUBLISHED = {
     "gru_attention": ("BiGRU + Bahdanau attention", 28.3, "bentrevett/pytorch-seq2seq 3"),
     "transformer": ("Transformer 3+3, d 256", 36.5, "bentrevett/pytorch-seq2seq 6"),
     "convs2s": ("ConvS2S 4+3, 256 channels", None, "none recorded (issue goal: 36.0)"),
+    # the Transformer rung with only model.positional changed, for comparing position schemes
+    "transformer_relative": ("Transformer 3+3, Shaw relative positions", None, "none recorded"),
+    "transformer_relative_cp": ("Transformer 3+3, relative content-position terms", None, "none recorded"),
 }
 
 

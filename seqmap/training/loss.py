@@ -162,6 +162,13 @@ def output_nll(
     return loss, nll, int(real.sum())
 
 
+def fused_output_layer(model: nn.Module) -> nn.Linear | None:
+    """The model's float32 output Linear when ``output_nll`` can run it with the loss (the model offers
+    ``forward(..., features=True)`` and ``output_layer``), else None (logits, then ``label_smoothed_nll``)."""
+    output = getattr(model, "output_layer", None)
+    return output if isinstance(output, nn.Linear) and output.weight.dtype == torch.float32 else None
+
+
 class _OutputNLL(torch.autograd.Function):
     """Linear output layer + masked label-smoothed cross-entropy, chunked over rows, gradients made in forward."""
 

@@ -31,7 +31,7 @@ from seqmap.data.tokenizers import PAD
 from seqmap.nn.attention import avoid_cudnn_attention
 from seqmap.training import distributed
 from seqmap.training.carry import CarriedState
-from seqmap.training.loss import label_nll, label_smoothed_nll, output_nll
+from seqmap.training.loss import fused_output_layer, label_nll, label_smoothed_nll, output_nll
 from seqmap.training.runlog import RunLog
 from seqmap.training.schedule import make_schedule, set_lr
 
@@ -132,9 +132,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
         # the output layer and the loss in one chunked pass (no (N, V) logits) where the model offers its
         # features and runs in float32; otherwise logits, then the loss
-        self.fused_output = (carry is None and self.amp_dtype is None
-                             and isinstance(getattr(model, "output_layer", None), nn.Linear)
-                             and model.output_layer.weight.dtype == torch.float32)
+        self.fused_output = carry is None and self.amp_dtype is None and fused_output_layer(model) is not None
         self.progress = progress
         self.ctc_weight = getattr(model, "ctc_weight", 0.0)  # speech: the weight of the encoder's CTC loss
         # the counters a checkpoint stores (RunTrainer adds the data position)

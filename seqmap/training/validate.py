@@ -20,17 +20,25 @@ from seqmap.config import DataConfig, RunConfig
 from seqmap.data.batching import Batch, collate_images, collate_labels, collate_pairs, collate_speech
 from seqmap.data.samplers import fixed_size_batches, lm_chunks, token_budget_batches
 from seqmap.data.tokenizers import PAD
-from seqmap.training.loss import label_nll, label_smoothed_nll
+from seqmap.training.loss import fused_output_layer, label_nll, label_smoothed_nll, output_nll
 
 
 @torch.no_grad()
 def summed_nll(model, batches, device) -> tuple[float, int]:
-    """(sum of target-token NLL, number of target tokens) over batches."""
+    """(sum of target-token NLL, number of target tokens) over batches.
+
+    Where the model offers its float32 output layer, that layer and the loss run in chunks (``output_nll``), as
+    in training, so that scoring never holds a batch's (tokens x vocabulary) logits.
+    """
     nll_sum, n_tokens = 0.0, 0
+    output = fused_output_layer(model)
     for batch in batches:
         batch = batch.to(device)
-        logits = model(batch.src, batch.src_mask, batch.tgt_in)
-        _, nll, n = label_smoothed_nll(logits, batch.tgt_out, PAD, 0.0)
+        out = model(batch.src, batch.src_mask, batch.tgt_in, **({} if output is None else {"features": True}))
+        if output is not None and out.dtype == torch.float32:
+            _, nll, n = output_nll(out, output, batch.tgt_out, PAD, 0.0)
+        else:  # logits, or features that autocast made 16-bit
+            _, nll, n = label_smoothed_nll(out if output is None else output(out), batch.tgt_out, PAD, 0.0)
         nll_sum += nll.item()
         n_tokens += n
     return nll_sum, n_tokens

@@ -220,3 +220,32 @@ def test_output_nll_makes_no_gradient_under_no_grad(monkeypatch):
     assert calls  # with gradients on, it does
     loss.backward()
     assert features.grad is not None and torch.isfinite(features.grad).all()
+
+
+@pytest.mark.parametrize("family", ["transformer", "lm", "rnn"])
+def test_summed_nll_scores_through_the_fused_output_layer_where_a_model_has_one(family, monkeypatch):
+    """Validation's NLL runs the output layer with the loss in chunks (never a batch's logits) where the model
+    offers a float32 ``output_layer``, and equals the logits path's to rounding; an RNN takes the logits path."""
+    from seqmap.config import ModelConfig
+    from seqmap.data.batching import collate_pairs
+    from seqmap.models.builder import build_model
+    from seqmap.training import validate
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(family=family, src_vocab=0 if family == "lm" else 30, tgt_vocab=30,
+                                    d_model=16, n_heads=2, d_ff=32, enc_layers=1, dec_layers=1)).eval()
+    g = torch.Generator().manual_seed(1)
+    pairs = [(torch.randint(4, 30, (n,), generator=g).tolist(), torch.randint(4, 30, (m,), generator=g).tolist())
+             for n, m in [(5, 7), (3, 2), (8, 6)]]
+    batches = [collate_pairs(pairs[:2]), collate_pairs(pairs[2:])]
+    output = getattr(model, "output_layer", None)
+    logits_calls = []
+    if output is not None:
+        output.register_forward_hook(lambda *_: logits_calls.append(1))
+    nll, n = validate.summed_nll(model, batches, torch.device("cpu"))
+    monkeypatch.setattr(validate, "fused_output_layer", lambda model: None)
+    ref_nll, ref_n = validate.summed_nll(model, batches, torch.device("cpu"))
+    assert n == ref_n == sum(len(t) + 1 for _, t in pairs)
+    assert nll == pytest.approx(ref_nll, rel=1e-5)
+    assert (family == "rnn") == (output is None)
+    assert logits_calls == ([] if output is None else [1, 1])  # the fused path called the layer for no logits
