@@ -4,6 +4,7 @@
     python bench/decode_switch.py cache-reads  # the cache's whole storage against its slots in use
     python bench/decode_switch.py plain --sentences 1 2 3 --beams 1  # MKL packs against F.linear for a few rows
     python bench/decode_switch.py pack --sentences 64 8 1 --beams 1 5 --json out.json
+    python bench/decode_switch.py cache-reads --isa avx2  # every library kept to AVX2 kernels (bench/decode.py --isa)
 
 Both settings decode the same sources with the same weights, alternately, ``--rounds`` times after
 two warm-up calls each; the table gives each setting's median seconds per call and the median over
@@ -23,7 +24,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decode import build_seqmap, make_sources, seqmap_decode  # noqa: E402
-from machine import cpu_name  # noqa: E402
+from machine import ISA_LIMITS, ISA_VARIABLE, cpu_name  # noqa: E402
 
 from seqmap.decoding.memory import keep_freed_memory  # noqa: E402
 from seqmap.nn import multihead  # noqa: E402
@@ -99,8 +102,17 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--isa", choices=sorted(ISA_LIMITS),
+                        help="keep torch, oneDNN and MKL to this instruction set's kernels (as bench/decode.py --isa)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    if args.isa and os.environ.get(ISA_VARIABLE) != ISA_LIMITS[args.isa][ISA_VARIABLE]:
+        # the limits act only if set before torch starts: run again in a process that has them
+        subprocess.run([sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)],
+                       env={**os.environ, **ISA_LIMITS[args.isa]}, check=True)
+        return
+    if args.isa and torch.backends.cpu.get_cpu_capability() != args.isa.upper():
+        raise SystemExit(f"--isa {args.isa}: torch runs {torch.backends.cpu.get_cpu_capability()} kernels here")
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as load_run and bench/decode.py do
     off, on = SWITCHES[args.switch]

@@ -40,3 +40,13 @@ def test_decode_switch_bench_writes_its_rows_and_the_tokens_agree(tmp_path, swit
     assert [(r["sentences"], r["mode"]) for r in rows] == [(int(sentences), "greedy"), (int(sentences), "beam-2")]
     assert all(r["same_tokens"] and r["off_s"] > 0 and r["on_s"] > 0 for r in rows)
     assert (multihead.WHOLE_STORAGE_READS, packed_module.PLAIN_MAX_ROWS) == before  # the switch is put back
+
+
+def test_decode_switch_bench_holds_the_kernels_to_avx2(tmp_path):
+    """``--isa avx2`` runs the bench again in a process whose libraries are limited before torch starts."""
+    out = tmp_path / "switch.json"
+    _load().main(["cache-reads", "--isa", "avx2", "--sentences", "32", "--beams", "1", "--new-tokens", "2",
+                  "--rounds", "1", "--threads", "1", "--json", str(out)])
+    rows = json.loads(out.read_text())
+    assert len(rows) == 1 and rows[0]["same_tokens"]
+    assert "kernels limited to AVX2" in rows[0]["cpu"]
