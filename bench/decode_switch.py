@@ -15,6 +15,9 @@ processes, this isolates one change with everything else equal (threads, memory,
 - ``pack``: ``pack_linears(model, "onednn")`` against ``pack_linears(model, "mkl")`` (needs MKL's packed
   sgemm in this torch);
 - ``cache-reads``: ``seqmap.nn.multihead.WHOLE_STORAGE_READS`` True against False;
+- ``compile``: the decoder's forward (a decoding step) compiled by ``torch.compile`` (Inductor's CPU backend,
+  dynamic shapes, frozen weights, which Inductor packs for oneDNN itself) against eager decoding with packed
+  weights; the first call of each case compiles (and recompiles as the cache grows), before timing;
 - ``plain``: with MKL's packs, ``seqmap.nn.packed.PLAIN_MAX_ROWS`` 0 (every row count packed) against its
   default (up to that many rows through ``F.linear``); it changes only decoding steps of that few rows.
 """
@@ -45,7 +48,7 @@ from seqmap.nn import packed as packed_module  # noqa: E402
 from seqmap.nn.packed import mkl_packing_available, pack_linears  # noqa: E402
 
 SWITCHES = {"pack": ("oneDNN packs", "MKL packs"), "cache-reads": ("whole storage", "slots in use"),
-            "plain": ("MKL packs", "F.linear")}
+            "plain": ("MKL packs", "F.linear"), "compile": ("eager, packed", "torch.compile")}
 PLAIN_MAX_ROWS = packed_module.PLAIN_MAX_ROWS  # the default the ``plain`` switch turns on
 
 
@@ -66,6 +69,13 @@ def settings(switch: str, model) -> list:
             return prepare
 
         return [rows(0), rows(PLAIN_MAX_ROWS)]
+    if switch == "compile":
+        packed = pack_linears(copy.deepcopy(model))
+        compiled = copy.deepcopy(model)  # plain nn.Linear layers: Inductor packs the weights itself (freezing)
+        torch._inductor.config.freezing = True
+        torch._dynamo.config.recompile_limit = 64  # each cache growth and beam reorder is a new guard: stay compiled
+        compiled.decoder.forward = torch.compile(compiled.decoder.forward, dynamic=True)
+        return [lambda: packed, lambda: compiled]
     packed = pack_linears(model)
 
     def reads(whole: bool):
@@ -117,6 +127,7 @@ def main(argv=None) -> None:
     keep_freed_memory()  # as load_run and bench/decode.py do
     off, on = SWITCHES[args.switch]
     model, _ = build_seqmap(args.seed)
+    compile_before = torch._inductor.config.freezing, torch._dynamo.config.recompile_limit
     prepared = settings(args.switch, model)
     whole_before = multihead.WHOLE_STORAGE_READS
     print(f"torch {torch.__version__}; {cpu_name()}, {args.threads} threads, fp32; {args.switch}: {off} against {on}")
@@ -142,6 +153,7 @@ def main(argv=None) -> None:
     finally:
         multihead.WHOLE_STORAGE_READS = whole_before
         packed_module.PLAIN_MAX_ROWS = PLAIN_MAX_ROWS
+        torch._inductor.config.freezing, torch._dynamo.config.recompile_limit = compile_before
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
         print(f"wrote {args.json}")

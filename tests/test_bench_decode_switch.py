@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+import torch._inductor.config
 
 from seqmap.nn import multihead
 from seqmap.nn import packed as packed_module
@@ -50,3 +52,14 @@ def test_decode_switch_bench_holds_the_kernels_to_avx2(tmp_path):
     rows = json.loads(out.read_text())
     assert len(rows) == 1 and rows[0]["same_tokens"]
     assert "kernels limited to AVX2" in rows[0]["cpu"]
+
+
+@pytest.mark.slow
+def test_decode_switch_bench_compiles_the_decoding_step(tmp_path):
+    """``compile``: the decoder compiled by Inductor decodes the same tokens as eager decoding with packed weights."""
+    out = tmp_path / "switch.json"
+    _load().main(["compile", "--sentences", "32", "--beams", "1", "2", "--new-tokens", "3", "--rounds", "1",
+                  "--threads", "1", "--json", str(out)])
+    rows = json.loads(out.read_text())
+    assert [r["mode"] for r in rows] == ["greedy", "beam-2"] and all(r["same_tokens"] for r in rows)
+    assert not torch._inductor.config.freezing  # put back
