@@ -67,7 +67,7 @@ from torch import Tensor
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/machine.py
 
-from machine import ISA_LIMITS, cpu_name, limit_isa  # noqa: E402
+from machine import ISA_LIMITS, check_isa, cpu_name, limit_isa  # noqa: E402
 
 from seqmap.config import ModelConfig  # noqa: E402
 from seqmap.decoding.beam import beam_search  # noqa: E402
@@ -288,9 +288,7 @@ def make_sources(sentences: int, src_len: int, seed: int) -> Tensor:
 def make_runner(runtime: str, args, ct2_dir: str | None):
     """Build one runtime; return ``decode(beam) -> best hypotheses``. Runs inside that runtime's process."""
     torch.set_num_threads(args.threads)
-    if args.isa and torch.backends.cpu.get_cpu_capability() != args.isa.upper():
-        raise SystemExit(f"--isa {args.isa}: torch runs {torch.backends.cpu.get_cpu_capability()} kernels in this "
-                         f"process; set ATEN_CPU_CAPABILITY before torch starts")
+    check_isa(args.isa)
     src = make_sources(args.sentences, args.src_len, args.seed)
     mask = torch.ones_like(src, dtype=torch.bool)  # True = real token; every sentence has the full length
     if runtime in ("ct2", "ct2_int8"):

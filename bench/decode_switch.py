@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decode import build_seqmap, make_sources, seqmap_decode  # noqa: E402
-from machine import ISA_LIMITS, ISA_VARIABLE, cpu_name  # noqa: E402
+from machine import ISA_LIMITS, ISA_VARIABLE, check_isa, cpu_name  # noqa: E402
 
 from seqmap.decoding.memory import keep_freed_memory  # noqa: E402
 from seqmap.nn import multihead  # noqa: E402
@@ -121,15 +121,14 @@ def main(argv=None) -> None:
         subprocess.run([sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)],
                        env={**os.environ, **ISA_LIMITS[args.isa]}, check=True)
         return
-    if args.isa and torch.backends.cpu.get_cpu_capability() != args.isa.upper():
-        raise SystemExit(f"--isa {args.isa}: torch runs {torch.backends.cpu.get_cpu_capability()} kernels here")
+    check_isa(args.isa)
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as load_run and bench/decode.py do
     off, on = SWITCHES[args.switch]
     model, _ = build_seqmap(args.seed)
+    whole_before = multihead.WHOLE_STORAGE_READS
     compile_before = torch._inductor.config.freezing, torch._dynamo.config.recompile_limit
     prepared = settings(args.switch, model)
-    whole_before = multihead.WHOLE_STORAGE_READS
     print(f"torch {torch.__version__}; {cpu_name()}, {args.threads} threads, fp32; {args.switch}: {off} against {on}")
     print(f"{'sentences':>9} {'mode':>7} {off:>15} {on:>15} {'ratio':>6} {'paired':>7} {'same tokens':>12}")
     rows = []

@@ -25,6 +25,15 @@ def limit_isa(name: str) -> None:
     os.environ.update(ISA_LIMITS[name])
 
 
+def check_isa(name: str | None) -> None:
+    """Stop unless torch in this process runs ``name``'s kernels (``limit_isa`` must act before torch starts)."""
+    import torch
+
+    if name and torch.backends.cpu.get_cpu_capability() != name.upper():
+        raise SystemExit(f"--isa {name}: torch runs {torch.backends.cpu.get_cpu_capability()} kernels in this "
+                         f"process; set ATEN_CPU_CAPABILITY before torch starts")
+
+
 def cpu_name() -> str:
     """The CPU model as ``lscpu`` names it, with family/model and AVX-512 or AVX2 where /proc/cpuinfo says, and
     the limit ``limit_isa`` set, if any."""
