@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decode import build_seqmap, make_sources, seqmap_decode  # noqa: E402
-from machine import ISA_LIMITS, ISA_VARIABLE, check_isa, cpu_name  # noqa: E402
+from machine import ISA_LIMITS, ISA_VARIABLE, check_isa, cpu_name, limit_isa  # noqa: E402
 
 from seqmap.decoding.memory import keep_freed_memory  # noqa: E402
 from seqmap.nn import multihead  # noqa: E402
@@ -118,8 +118,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.isa and os.environ.get(ISA_VARIABLE) != ISA_LIMITS[args.isa][ISA_VARIABLE]:
         # the limits act only if set before torch starts: run again in a process that has them
-        subprocess.run([sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)],
-                       env={**os.environ, **ISA_LIMITS[args.isa]}, check=True)
+        limit_isa(args.isa)
+        subprocess.run([sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)], check=True)
         return
     check_isa(args.isa)
     torch.set_num_threads(args.threads)
