@@ -1,10 +1,11 @@
 """Configs as YAML files and plain dicts: reading, ``--section.key`` overrides, and typed (de)serialisation.
 
-Generic over any dataclass: ``seqmap.config`` defines the sections (``RunConfig`` and its parts) and builds
-them with ``from_dict``; the toy runner reads its own config with ``read_yaml``. ``from_dict`` rejects unknown
-keys and names the nearest valid one; ``check_types`` checks (and gently converts) the fields of a dataclass
-built in Python the same way. Every error is a ``ConfigError`` that says what to change. The public names
-are importable from ``seqmap.config`` too.
+Generic over any dataclass: the ``seqmap.config`` package defines the sections (``RunConfig`` and its parts)
+and builds them with ``from_dict``; the toy runner reads its own config with ``read_yaml``. ``from_dict``
+rejects unknown keys and names the nearest valid one; ``check_types`` checks (and gently converts) the fields
+of a dataclass built in Python the same way; ``check_choice`` and ``check_positive`` check one value. Every
+error is a ``ConfigError`` that says what to change. The public names are importable from ``seqmap.config``
+too.
 """
 
 from __future__ import annotations
@@ -147,6 +148,20 @@ def check_types(section_config, section: str) -> None:
 
 
 _KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}  # as _coerce names them
+
+
+def check_choice(section: str, name: str, value: Any, allowed: tuple) -> None:
+    """``value`` is one of ``allowed``; else one line naming the nearest (a misspelt ``transfomer``)."""
+    if value not in allowed:
+        near = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise ConfigError(f"{section}.{name} = {value!r} is not valid; {hint}choose one of {list(allowed)}")
+
+
+def check_positive(section: str, name: str, value: int) -> None:
+    """``value`` is above zero; else one line naming the option."""
+    if value <= 0:
+        raise ConfigError(f"{section}.{name} must be > 0, got {value!r}")
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
