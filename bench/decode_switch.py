@@ -5,6 +5,7 @@
     python bench/decode_switch.py plain --sentences 1 2 3 --beams 1  # MKL packs against F.linear for a few rows
     python bench/decode_switch.py pack --sentences 64 8 1 --beams 1 5 --json out.json
     python bench/decode_switch.py cache-reads --isa avx2  # every library kept to AVX2 kernels (bench/decode.py --isa)
+    python bench/decode_switch.py split --isa avx2 --beams 1  # the batch split across the cores, one thread each
 
 Both settings decode the same sources with the same weights, alternately, ``--rounds`` times after
 two warm-up calls each; the table gives each setting's median seconds per call and the median over
@@ -18,6 +19,9 @@ processes, this isolates one change with everything else equal (threads, memory,
 - ``compile``: the decoder's forward (a decoding step) compiled by ``torch.compile`` (Inductor's CPU backend,
   dynamic shapes, frozen weights, which Inductor packs for oneDNN itself) against eager decoding with packed
   weights; the first call of each case compiles (and recompiles as the cache grows), before timing;
+- ``split``: one call on ``--threads`` threads against the sentences split into ``--threads`` equal parts, each
+  decoded in its own Python thread with one torch thread (the cores decode separate sentences instead of
+  sharing each product; the GIL is free inside torch's operators);
 - ``plain``: with MKL's packs, ``seqmap.nn.packed.PLAIN_MAX_ROWS`` 0 (every row count packed) against its
   default (up to that many rows through ``F.linear``); it changes only decoding steps of that few rows.
 """
@@ -31,6 +35,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -48,7 +53,8 @@ from seqmap.nn import packed as packed_module  # noqa: E402
 from seqmap.nn.packed import mkl_packing_available, pack_linears  # noqa: E402
 
 SWITCHES = {"pack": ("oneDNN packs", "MKL packs"), "cache-reads": ("whole storage", "slots in use"),
-            "plain": ("MKL packs", "F.linear"), "compile": ("eager, packed", "torch.compile")}
+            "plain": ("MKL packs", "F.linear"), "compile": ("eager, packed", "torch.compile"),
+            "split": ("one call", "split by cores")}
 PLAIN_MAX_ROWS = packed_module.PLAIN_MAX_ROWS  # the default the ``plain`` switch turns on
 
 
@@ -77,6 +83,8 @@ def settings(switch: str, model) -> list:
         compiled.decoder.forward = torch.compile(compiled.decoder.forward, dynamic=True)
         return [lambda: packed, lambda: compiled]
     packed = pack_linears(model)
+    if switch == "split":
+        return [lambda: packed, lambda: packed]  # the same model; ``split_decode`` is the second setting's call
 
     def reads(whole: bool):
         def prepare():
@@ -85,6 +93,31 @@ def settings(switch: str, model) -> list:
         return prepare
 
     return [reads(True), reads(False)]
+
+
+def split_decode(model, src, mask, beam: int, new_tokens: int, parts: int) -> list:
+    """``seqmap_decode`` of ``parts`` equal slices of the sentences at once, each in its own Python thread with one
+    torch thread; the best hypotheses in the sentences' order."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    size = -(-src.size(0) // parts)
+    outputs: list = [None] * parts
+
+    def work(i: int) -> None:
+        rows = slice(i * size, (i + 1) * size)
+        outputs[i] = seqmap_decode(model, src[rows], mask[rows], beam, new_tokens)
+
+    try:
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(parts)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    finally:
+        torch.set_num_threads(threads)
+    if any(out is None for out in outputs):
+        raise RuntimeError("a split decoding thread failed (its traceback is above)")
+    return [hyp for out in outputs for hyp in out]
 
 
 def measure(decode, rounds: int) -> tuple[list[float], list[float], bool]:
@@ -139,6 +172,9 @@ def main(argv=None) -> None:
             for beam in args.beams:
                 decode = [lambda prepare=prepare, src=src, mask=mask, beam=beam:
                           seqmap_decode(prepare(), src, mask, beam, args.new_tokens) for prepare in prepared]
+                if args.switch == "split":
+                    decode[1] = lambda src=src, mask=mask, beam=beam: split_decode(
+                        prepared[1](), src, mask, beam, args.new_tokens, args.threads)
                 first, second, same = measure(decode, args.rounds)
                 paired = statistics.median(a / b for a, b in zip(first, second, strict=True))
                 a, b = statistics.median(first), statistics.median(second)

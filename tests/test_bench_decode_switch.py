@@ -30,18 +30,20 @@ def _load():
 NEEDS_MKL = pytest.mark.skipif(not mkl_packing_available(), reason="torch without MKL's packed sgemm")
 
 
-@pytest.mark.parametrize("switch", ["cache-reads", pytest.param("pack", marks=NEEDS_MKL),
+@pytest.mark.parametrize("switch", ["cache-reads", "split", pytest.param("pack", marks=NEEDS_MKL),
                                     pytest.param("plain", marks=NEEDS_MKL)])
 def test_decode_switch_bench_writes_its_rows_and_the_tokens_agree(tmp_path, switch):
-    before = multihead.WHOLE_STORAGE_READS, packed_module.PLAIN_MAX_ROWS
+    before = multihead.WHOLE_STORAGE_READS, packed_module.PLAIN_MAX_ROWS, torch.get_num_threads()
     out = tmp_path / "switch.json"
     sentences = "2" if switch == "plain" else "32"  # plain: decoding steps of at most PLAIN_MAX_ROWS rows
+    threads = "2" if switch == "split" else "1"  # split: two halves decoded at once, in two Python threads
     _load().main([switch, "--sentences", sentences, "--beams", "1", "2", "--new-tokens", "3", "--rounds", "1",
-                  "--threads", "1", "--json", str(out)])
+                  "--threads", threads, "--json", str(out)])
+    torch.set_num_threads(before[2])
     rows = json.loads(out.read_text())
     assert [(r["sentences"], r["mode"]) for r in rows] == [(int(sentences), "greedy"), (int(sentences), "beam-2")]
     assert all(r["same_tokens"] and r["off_s"] > 0 and r["on_s"] > 0 for r in rows)
-    assert (multihead.WHOLE_STORAGE_READS, packed_module.PLAIN_MAX_ROWS) == before  # the switch is put back
+    assert (multihead.WHOLE_STORAGE_READS, packed_module.PLAIN_MAX_ROWS) == before[:2]  # the switch is put back
 
 
 def test_decode_switch_bench_holds_the_kernels_to_avx2(tmp_path):
