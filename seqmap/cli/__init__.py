@@ -19,8 +19,9 @@ rank 0 begin theirs with ``[rank N]`` (``_report``).
 
 Each verb is one module here (``train.py``, ``translate.py``, ``evaluate.py``, ``generate.py``,
 ``classify.py``, ``average.py``, ``data.py``, ``plot.py``, ``toy.py``; ``serve`` lives in ``seqmap.serve``) with its
-``add_parser(commands)`` and its ``cmd_*`` handler; ``common.py`` holds what they share. This module
-assembles the parser and runs the chosen handler.
+``add_parser(commands)`` and its ``cmd_*`` handler. What they share: ``errors.py`` (the user error, exit
+statuses), ``options.py`` (``--threads``, ``--decode.*`` overrides), ``trained_run.py`` (a command on a
+trained run). This module assembles the parser and runs the chosen handler.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ import sys
 
 import seqmap
 from seqmap.cli import average, classify, data, evaluate, generate, hub, plot, toy, train, transcribe, translate
-from seqmap.cli.common import INTERRUPTED_STATUS, USAGE_ERROR, UserError, unrecognized
+from seqmap.cli.errors import INTERRUPTED_STATUS, USAGE_ERROR, UserError
+from seqmap.cli.options import unrecognized
 from seqmap.config import ConfigError
 
 __all__ = ["USAGE_ERROR", "UserError", "build_parser", "main"]

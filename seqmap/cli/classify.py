@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from seqmap.cli.common import UserError, check_text, load, run_parser
+from seqmap.cli.errors import UserError, check_text
+from seqmap.cli.trained_run import load, run_parser
 from seqmap.tasks.registry import TASKS
 
 

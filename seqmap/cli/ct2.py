@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from seqmap.cli.common import UserError
+from seqmap.cli.errors import UserError
 
 
 def ct2_decoder(run, args: argparse.Namespace, decode):
@@ -57,7 +57,9 @@ def ct2_generate(run, args: argparse.Namespace, decode, prompts: list[list[int]]
 
 
 def refuse_with_ct2(args: argparse.Namespace, options: dict[str, bool]) -> None:
-    """One line for the first option given (name -> given) that decoding with ``--ct2`` does not offer."""
+    """With ``--ct2``: one line for the first option given (name -> given) that decoding with it does not offer."""
+    if args.ct2 is None:
+        return
     for option, given in options.items():
         if given:
             raise UserError(f"{option} is not available with --ct2; leave out --ct2 to decode with seqmap")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from seqmap.cli.common import UserError
+from seqmap.cli.errors import UserError
 
 
 def add_parser(commands) -> None:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from seqmap.cli.common import UserError, decode_config, load, note_where_trained, run_parser
 from seqmap.cli.ct2 import ct2_decoder, refuse_with_ct2
+from seqmap.cli.errors import UserError
 from seqmap.cli.evaluate_lm import evaluate_lm
 from seqmap.cli.evaluate_tasks import check_out, evaluate_task, refuse_other_tasks_options
+from seqmap.cli.trained_run import decode_config, load, note_where_trained, run_parser
 from seqmap.tasks.registry import TASKS
 
 
@@ -79,8 +80,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else hypotheses_path(run, args.src or args.split)
     check_out(out)
     decode = decode_config(run, args)
-    if args.ct2 is not None:
-        refuse_with_ct2(args, {"--baseline-run": args.baseline_run is not None})
+    refuse_with_ct2(args, {"--baseline-run": args.baseline_run is not None})
     summarize = args.lead is not None or args.baseline_run is not None
     baselines = _baselines(run, args, out) if summarize else None  # their mistakes found before decoding
     translate = None if args.ct2 is None else ct2_decoder(run, args, decode)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from seqmap.cli.common import UserError
+from seqmap.cli.errors import UserError
 
 
 def evaluate_lm(run, args: argparse.Namespace) -> int:

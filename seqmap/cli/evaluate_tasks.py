@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from seqmap.cli.common import UserError, decode_config
+from seqmap.cli.errors import UserError
+from seqmap.cli.trained_run import decode_config
 from seqmap.tasks.registry import TASKS
 
 OPTIONS = {"src": "--src", "ref": "--ref", "nbest": "--nbest", "tokenize": "--tokenize", "tok_ref": "--tok-ref",

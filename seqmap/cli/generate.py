@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from seqmap.cli.common import check_text, decode_config, load, refuse_unless, run_parser
 from seqmap.cli.ct2 import ct2_generate
+from seqmap.cli.errors import check_text
+from seqmap.cli.trained_run import decode_config, load, refuse_unless, run_parser
 
 
 def add_parser(commands) -> None:

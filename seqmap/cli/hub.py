@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from seqmap.cli.common import UserError
+from seqmap.cli.errors import UserError
 
 
 def add_parser(commands) -> None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from seqmap.cli.common import UserError, check_text
+from seqmap.cli.errors import UserError, check_text
 from seqmap.cli.evaluate_tasks import load_run_graph
 from seqmap.tasks.registry import TASKS
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import time
 
-from seqmap.cli.common import threads
+from seqmap.cli.options import threads
 from seqmap.config import read_yaml
 
 

@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from seqmap.cli.common import INTERRUPTED_STATUS, UserError, threads
+from seqmap.cli.errors import INTERRUPTED_STATUS, UserError
+from seqmap.cli.options import threads
 from seqmap.config import (
     DATA_PATHS,
     ModelConfig,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from seqmap.cli.common import UserError, decode_config, load, run_parser
+from seqmap.cli.errors import UserError
+from seqmap.cli.trained_run import decode_config, load, run_parser
 
 
 def add_parser(commands) -> None:

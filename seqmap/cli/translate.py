@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from seqmap.cli.common import UserError, check_text, decode_config, load, refuse_unless, run_parser
 from seqmap.cli.ct2 import ct2_decoder, refuse_with_ct2
+from seqmap.cli.errors import UserError, check_text
+from seqmap.cli.trained_run import decode_config, load, refuse_unless, run_parser
 
 
 def add_parser(commands) -> None:

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from seqmap.cli.common import UserError, refuse_unless
+from seqmap.cli.errors import UserError
+from seqmap.cli.trained_run import refuse_unless
 from seqmap.tasks.registry import TASKS
 
 REFUSED = {  # (verb, data.task): the message after "RUN_DIR is "
